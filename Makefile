@@ -1,0 +1,39 @@
+# The two commands a newcomer needs: `make run` (set up + run the pipeline on the embedded simulator)
+# and `make test` (set up + run the tests). Both create or update .venv first.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export MLFLOW_DISABLE_TELEMETRY := true
+export DVC_NO_ANALYTICS := 1
+
+.PHONY: setup run smoke test lint bench mlflow-ui clean
+
+setup: $(VENV)/.installed
+
+# torch is installed first and pinned: an unpinned torch pulls a multi-GB CUDA build.
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+run: setup
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH snakemake --cores all
+
+smoke: setup
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH snakemake --profile workflow/profiles/smoke
+
+test: setup
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check src tests benchmarks
+
+bench: setup
+	$(PY) benchmarks/bench_eval.py
+
+mlflow-ui: setup
+	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/results/mlflow/mlflow.db
+
+clean:
+	rm -rf results .snakemake

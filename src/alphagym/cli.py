@@ -1,0 +1,126 @@
+"""`alphagym`: one subcommand per pipeline stage, plus tools.
+
+Every stage reads params.yaml (`--params`), accepts `--set key.sub=value` overrides and logs to MLflow.
+Errors the user can fix (bad data, bad formula, bad parameter) print one clear line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from alphagym.config import load_params
+from alphagym.errors import AlphagymError
+
+
+def _params(args: argparse.Namespace) -> dict[str, Any]:
+    return load_params(args.params, args.set)
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    from alphagym.data.stages import run_download
+
+    paths = run_download(_params(args))
+    print(f"wrote {paths['prices']}")
+    return 0
+
+
+def cmd_panel(args: argparse.Namespace) -> int:
+    from alphagym.data.stages import run_panel
+
+    paths = run_panel(_params(args))
+    print(json.dumps(json.loads(paths["summary"].read_text()), indent=1))
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from alphagym.data.stages import run_calibrate
+
+    print(run_calibrate(_params(args), args.from_dir, args.out), end="")
+    return 0
+
+
+def cmd_dag(args: argparse.Namespace) -> int:
+    from alphagym.pipeline import dvc_yaml, stage_table, upstream_outputs
+
+    params = _params(args)
+    if args.write_dvc:
+        Path(args.write_dvc).write_text(dvc_yaml(params))
+        print(f"wrote {args.write_dvc}")
+        return 0
+    table = stage_table(params)
+    reads = upstream_outputs(table)
+    for name, stage in table.items():
+        print(f"{name}: {stage.cmd}\n  reads: {sorted(reads[name]) or '-'}\n  writes: {sorted(stage.outs.values())}")
+    return 0
+
+
+def cmd_stylized(args: argparse.Namespace) -> int:
+    from alphagym.data.panel import Panel
+    from alphagym.data.stylized import stylized_facts
+
+    print(json.dumps(stylized_facts(Panel.read_parquet(args.panel)), indent=1))
+    return 0
+
+
+def cmd_compare_facts(args: argparse.Namespace) -> int:
+    from alphagym.data.stages import run_compare_facts
+
+    print(run_compare_facts(_params(args), args.from_dir))
+    return 0
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--params", default="params.yaml", help="parameters file (default: params.yaml)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a parameter, e.g. --set data.source=csv (repeatable)")
+
+
+COMMANDS: list[tuple[str, str, Callable[[argparse.Namespace], int]]] = [
+    ("download", "stage: fetch or simulate raw daily prices (data.source)", cmd_download),
+    ("panel", "stage: validate, adjust and split the raw prices into train and holdout panels", cmd_panel),
+    ("calibrate", "tool: fit the simulator to a folder of real per-ticker CSV files", cmd_calibrate),
+    ("dag", "tool: show the stage table, or write dvc.yaml from it", cmd_dag),
+    ("stylized", "tool: stylized facts of a panel file", cmd_stylized),
+    ("compare-facts", "tool: simulator's stylized facts next to a real CSV folder's", cmd_compare_facts),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="alphagym", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    subs = {}
+    for name, help_text, fn in COMMANDS:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        _add_common(p)
+        p.set_defaults(func=fn)
+        subs[name] = p
+    subs["calibrate"].add_argument("--from", dest="from_dir", required=True, help="folder of per-ticker CSVs")
+    subs["calibrate"].add_argument("--out", help="write the params block to this file")
+    subs["dag"].add_argument("--write-dvc", metavar="PATH", help="render dvc.yaml to PATH")
+    subs["stylized"].add_argument("panel", help="panel parquet file")
+    subs["compare-facts"].add_argument("--from", dest="from_dir", required=True, help="folder of per-ticker CSVs")
+    for extra in EXTRA_COMMANDS:
+        extra(sub, _add_common)
+    return parser
+
+
+# Later areas register their subcommands here (each a function adding parsers to `sub`).
+EXTRA_COMMANDS: list[Callable[[Any, Callable[[argparse.ArgumentParser], None]], None]] = []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except AlphagymError as exc:
+        print(f"alphagym {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Load params.yaml, merge the selected profile and `--set` overrides.
+
+One loader for the CLI, Snakemake and the tests, so that all three see the same numbers.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from alphagym.errors import ConfigError
+
+DEFAULT_PARAMS = Path("params.yaml")
+
+
+def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """Recursively merge `over` into a copy of `base` (mappings merge, everything else replaces)."""
+    out = copy.deepcopy(dict(base))
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """`a.b.c=value` -> (['a','b','c'], parsed value); the value is read as YAML (numbers, lists, bools)."""
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} must look like key.sub=value")
+    key, raw = item.split("=", 1)
+    parts = [p for p in key.strip().split(".") if p]
+    if not parts:
+        raise ConfigError(f"override {item!r} has an empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override {item!r}: value is not valid YAML: {exc}") from exc
+    return parts, value
+
+
+def apply_overrides(params: dict[str, Any], overrides: Iterable[str], *, source: str) -> dict[str, Any]:
+    out = copy.deepcopy(params)
+    for item in overrides:
+        parts, value = parse_override(item)
+        node = out
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                raise ConfigError(f"override {item!r}: unknown key {'.'.join(parts[: i + 1])!r} in {source}")
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r}: {'.'.join(parts[: i + 1])!r} is not a mapping")
+            node = child
+        if parts[-1] not in node and parts != ["profile"]:
+            raise ConfigError(f"override {item!r}: unknown key {'.'.join(parts)!r} in {source}")
+        node[parts[-1]] = value
+    return out
+
+
+def load_params(path: str | Path = DEFAULT_PARAMS, overrides: Iterable[str] = (),
+                profile: str | None = None) -> dict[str, Any]:
+    """Read params, apply overrides, then merge `profiles[profile]` over the result.
+
+    Overrides are applied twice: before (so `--set profile=real` selects the profile) and after the
+    profile merge (so a `--set` always wins over the profile's value).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"parameters file {str(path)!r} not found")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: top level must be a mapping")
+    overrides = list(overrides)
+    params = apply_overrides(raw, overrides, source=str(path))
+    name = profile or params.get("profile", "default")
+    profiles = params.pop("profiles", {}) or {}
+    if name not in ("default", None):
+        if name not in profiles:
+            raise ConfigError(f"{path}: profile {name!r} not defined (known: {sorted(profiles)})")
+        params = deep_merge(params, profiles[name])
+        params = apply_overrides(params, overrides, source=str(path))
+    params["profile"] = name or "default"
+    return params
+
+
+def get(params: Mapping[str, Any], dotted: str) -> Any:
+    """Read a nested key, failing with the key's full name when it is missing."""
+    node: Any = params
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            raise ConfigError(f"missing parameter {dotted!r}")
+        node = node[part]
+    return node
+
+
+def results_dir(params: Mapping[str, Any]) -> Path:
+    return Path(get(params, "paths.results"))

@@ -1,0 +1,91 @@
+"""The panel: (days x stocks) float64 arrays of the fields every later stage reads.
+
+Stored on disk as a long parquet table (date, ticker, sector, fields..., in_holdout) because that is what
+pandas, DVC diffs and people read; held in memory as dense C-contiguous arrays because that is what the
+evaluator's kernels want.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from alphagym.errors import DataError
+
+PANEL_FIELDS = ("open", "high", "low", "close", "volume", "returns", "vwap", "dollar_volume", "market_return")
+
+
+@dataclass(frozen=True)
+class Panel:
+    dates: pd.DatetimeIndex
+    tickers: tuple[str, ...]
+    sectors: tuple[str, ...]
+    fields: dict[str, np.ndarray] = field(repr=False)
+    in_holdout: np.ndarray = field(repr=False)   # (T,) bool; False on warm-up sessions
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self.dates), len(self.tickers)
+
+    def sector_codes(self) -> np.ndarray:
+        """Integer sector code per stock (sorted sector names)."""
+        return np.unique(np.asarray(self.sectors), return_inverse=True)[1].astype(np.int64)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        try:
+            return self.fields[name]
+        except KeyError:
+            raise KeyError(f"panel has no field {name!r} (has {sorted(self.fields)})") from None
+
+    def slice_days(self, start: int, stop: int) -> Panel:
+        return Panel(self.dates[start:stop], self.tickers, self.sectors,
+                     {k: np.ascontiguousarray(v[start:stop]) for k, v in self.fields.items()},
+                     self.in_holdout[start:stop])
+
+    def to_long(self) -> pd.DataFrame:
+        t, n = self.shape
+        out = pd.DataFrame({
+            "date": np.repeat(self.dates.values, n),
+            "ticker": np.tile(np.asarray(self.tickers, dtype=object), t),
+            "sector": np.tile(np.asarray(self.sectors, dtype=object), t),
+        })
+        for name in PANEL_FIELDS:
+            if name in self.fields:
+                out[name] = self.fields[name].ravel()
+        out["in_holdout"] = np.repeat(self.in_holdout, n)
+        return out
+
+    @classmethod
+    def from_long(cls, df: pd.DataFrame, source: str = "<frame>") -> Panel:
+        need = {"date", "ticker", "sector", "in_holdout"}
+        missing = need - set(df.columns)
+        if missing:
+            raise DataError("panel_schema", f"missing columns {sorted(missing)}", file=source)
+        df = df.sort_values(["date", "ticker"], kind="stable")
+        dates = pd.DatetimeIndex(df["date"].unique(), name="date")
+        tickers = tuple(pd.unique(df["ticker"]))
+        t, n = len(dates), len(tickers)
+        if len(df) != t * n:
+            raise DataError("panel_schema", f"{len(df)} rows is not days x tickers = {t} x {n}", file=source)
+        first = df.iloc[:n]
+        fields = {c: np.ascontiguousarray(df[c].to_numpy(dtype=np.float64).reshape(t, n))
+                  for c in PANEL_FIELDS if c in df.columns}
+        return cls(dates, tickers, tuple(first["sector"].astype(str)), fields,
+                   df["in_holdout"].to_numpy(dtype=bool).reshape(t, n)[:, 0].copy())
+
+    def write_parquet(self, path: str | Path) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        self.to_long().to_parquet(tmp, index=False, compression="zstd")
+        tmp.replace(path)    # atomic: a crash never leaves a half-written panel
+
+    @classmethod
+    def read_parquet(cls, path: str | Path) -> Panel:
+        path = Path(path)
+        if not path.is_file():
+            raise DataError("missing_file", "panel file not found; run `alphagym panel` first", file=str(path))
+        return cls.from_long(pd.read_parquet(path), source=str(path))

@@ -1,0 +1,69 @@
+"""The `download` stage: one entry point over the three sources (synthetic, csv, yfinance)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from alphagym.config import results_dir
+from alphagym.data.csv_source import read_csv_folder
+from alphagym.data.simulator import simulate_market
+from alphagym.errors import ConfigError
+
+RAW_COLUMNS = ["date", "ticker", "open", "high", "low", "close", "adjusted_close", "volume",
+               "dividend_amount", "split_coefficient", "source_file"]
+
+
+def raw_paths(params: dict[str, Any]) -> dict[str, Path]:
+    root = results_dir(params) / "raw"
+    return {"prices": root / "prices.parquet", "meta": root / "meta.json", "truth": root / "ground_truth.json"}
+
+
+def load_source(params: dict[str, Any]) -> tuple[pd.DataFrame, dict[str, str], dict[str, Any]]:
+    """(long raw prices, ticker -> sector, ground truth or a note saying there is none)."""
+    d = params["data"]
+    src = d["source"]
+    if src == "synthetic":
+        m = simulate_market(params["simulator"], calendar=d["calendar"], start=d["start"], end=d["end"],
+                            seed=int(params["seed"]))
+        prices = m.prices.assign(source_file="simulator")
+        return prices, m.sectors, m.ground_truth
+    note = {"source": src, "note": "real data: no planted effects, no ground truth"}
+    if src == "csv":
+        prices, sectors = read_csv_folder(d["csv_dir"], d.get("csv_format", "auto"), d.get("universe"),
+                                          d.get("sectors_file"))
+        return prices, sectors, note
+    if src == "yfinance":
+        from alphagym.data.yfinance_source import download_universe
+
+        prices = download_universe(list(d["universe"]), d["start"], d["end"], params["yfinance"])
+        return prices, {t: "Unknown" for t in d["universe"]}, note
+    raise ConfigError(f"data.source must be synthetic, csv or yfinance; got {src!r}")
+
+
+def write_raw(params: dict[str, Any], prices: pd.DataFrame, sectors: dict[str, str],
+              truth: dict[str, Any]) -> dict[str, Path]:
+    """Write atomically: each file goes to a temporary name first, so a failure never leaves half a file."""
+    paths = raw_paths(params)
+    paths["prices"].parent.mkdir(parents=True, exist_ok=True)
+    prices = prices.copy()
+    for col in RAW_COLUMNS:
+        if col not in prices.columns:
+            prices[col] = 1.0 if col == "split_coefficient" else 0.0
+    prices = prices[RAW_COLUMNS].sort_values(["date", "ticker"], kind="stable").reset_index(drop=True)
+    prices["date"] = pd.to_datetime(prices["date"])
+    meta = {"source": params["data"]["source"], "tickers": sorted(sectors), "sectors": sectors,
+            "rows": int(len(prices))}
+    outputs = {
+        "prices": lambda p: prices.to_parquet(p, index=False, compression="zstd"),
+        "meta": lambda p: p.write_text(json.dumps(meta, indent=1, sort_keys=True)),
+        "truth": lambda p: p.write_text(json.dumps(truth, indent=1, sort_keys=True, default=float)),
+    }
+    for key, write in outputs.items():
+        tmp = paths[key].with_suffix(paths[key].suffix + ".tmp")
+        write(tmp)
+        tmp.replace(paths[key])
+    return paths

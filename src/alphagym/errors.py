@@ -1,0 +1,25 @@
+"""Typed errors. Every error names the thing and the place so a user can fix the input, not the code."""
+
+from __future__ import annotations
+
+
+class AlphagymError(Exception):
+    """Base class of every error alphagym raises on purpose."""
+
+
+class ConfigError(AlphagymError):
+    """A parameter is missing, unknown or of the wrong type (names the key and the file)."""
+
+
+class DataError(AlphagymError):
+    """Bad market data. Names the file, the ticker, the date and the rule that failed."""
+
+    def __init__(self, rule: str, detail: str, *, file: str | None = None, ticker: str | None = None,
+                 date: str | None = None) -> None:
+        self.rule, self.detail, self.file, self.ticker, self.date = rule, detail, file, ticker, date
+        where = ", ".join(f"{k} {v}" for k, v in (("file", file), ("ticker", ticker), ("date", date)) if v)
+        super().__init__(f"[{rule}] {detail}" + (f" ({where})" if where else ""))
+
+
+class SourceUnavailableError(AlphagymError):
+    """A data source cannot be reached (no network, no folder); names the alternatives."""

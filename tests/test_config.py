@@ -1,0 +1,34 @@
+import pytest
+
+from alphagym.config import load_params
+from alphagym.errors import ConfigError
+
+
+def test_profile_merges_over_base(root):
+    base = load_params(root / "params.yaml")
+    real = load_params(root / "params.yaml", ["profile=real"])
+    assert base["data"]["source"] == "synthetic"
+    assert real["data"]["source"] == "csv" and real["data"]["holdout_start"] == "2020-04-22"
+    assert real["data"]["universe"] == base["data"]["universe"]  # untouched keys survive the merge
+    assert "profiles" not in real
+
+
+def test_override_wins_over_profile(root):
+    p = load_params(root / "params.yaml", ["profile=real", "data.source=yfinance", "seed=11"])
+    assert p["data"]["source"] == "yfinance" and p["seed"] == 11
+
+
+@pytest.mark.parametrize("item, message", [
+    ("data.nosuch=1", "unknown key 'data.nosuch'"),
+    ("nosuch.key=1", "unknown key 'nosuch'"),
+    ("seedless", "must look like key.sub=value"),
+    ("profile=nosuch", "profile 'nosuch' not defined"),
+])
+def test_bad_overrides_are_named(root, item, message):
+    with pytest.raises(ConfigError, match=message):
+        load_params(root / "params.yaml", [item])
+
+
+def test_missing_params_file(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_params(tmp_path / "nope.yaml")

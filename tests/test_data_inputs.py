@@ -1,0 +1,172 @@
+"""CSV formats, split/dividend adjustment, and every bad-input rule with the message it gives."""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from alphagym.data.build_panel import build_panel
+from alphagym.data.calendar import sessions
+from alphagym.data.csv_source import read_csv_folder, read_ticker_csv
+from alphagym.errors import DataError, SourceUnavailableError
+
+DAYS = sessions("XNYS", "2021-01-04", "2021-03-31")
+
+
+def _params(params, validation=None):
+    d = dict(params["data"], start="2021-01-04", train_end="2021-02-26", holdout_start="2021-03-01",
+             end="2021-03-31", holdout_warmup_sessions=10, source="csv")
+    d["validation"] = dict(d["validation"], **(validation or {}))
+    return dict(params, data=d)
+
+
+def _write_plain(folder: Path, ticker: str, days=DAYS, seed=0, edit=None) -> Path:
+    rng = np.random.default_rng(seed)
+    close = 100 * np.exp(np.cumsum(rng.normal(0, 0.01, len(days))))
+    df = pd.DataFrame({"date": [d.strftime("%Y-%m-%d") for d in days], "open": close * 0.999,
+                       "high": close * 1.01, "low": close * 0.99, "close": close,
+                       "volume": rng.integers(1_000_000, 2_000_000, len(days))})
+    df = df.astype(object)
+    if edit:
+        df = edit(df)
+    path = folder / f"{ticker}.csv"
+    df.to_csv(path, index=False)
+    return path
+
+
+def _folder(tmp_path, edit=None, bad_ticker="BBB", **kw):
+    folder = tmp_path / "csv"
+    folder.mkdir(exist_ok=True)
+    _write_plain(folder, "AAA", seed=1)
+    _write_plain(folder, bad_ticker, seed=2, edit=edit, **kw)
+    _write_plain(folder, "CCC", seed=3)
+    return folder
+
+
+def _build(folder, params, validation=None):
+    prices, sectors = read_csv_folder(folder)
+    return build_panel(prices, sectors, _params(params, validation))
+
+
+def test_plain_format_builds_a_panel(tmp_path, params):
+    train, holdout, repairs = _build(_folder(tmp_path), params)
+    assert train.shape == (len(sessions("XNYS", "2021-01-04", "2021-02-26")), 3)
+    assert repairs == []
+    assert np.isnan(train["returns"][0]).sum() == 3  # first session: no previous close in range
+    np.testing.assert_allclose(train["vwap"], (train["high"] + train["low"] + train["close"]) / 3)
+
+
+def test_alphavantage_format_and_ticker_from_name(shared_data):
+    df = read_ticker_csv(shared_data / "DA-BRK.B-T-2021-04-21.csv")
+    assert df["ticker"].iloc[0] == "BRK.B"
+    assert {"adjusted_close", "split_coefficient", "dividend_amount"} <= set(df.columns)
+
+
+@pytest.mark.parametrize("ticker, split_day, ratio", [("AAPL", "2014-06-09", 7), ("AAPL", "2020-08-31", 4),
+                                                      ("TSLA", "2020-08-31", 5)])
+def test_splits_leave_no_jump(shared_data, params, ticker, split_day, ratio):
+    p = dict(params, data=dict(params["data"], source="csv", csv_dir=str(shared_data), start="2012-06-29",
+                               train_end="2020-04-21", holdout_start="2020-04-22", end="2021-04-21"))
+    prices, sectors = read_csv_folder(shared_data, universe=[ticker, "MSFT"])
+    raw = prices[prices.ticker == ticker].set_index("date")
+    i = raw.index.get_loc(pd.Timestamp(split_day))
+    assert raw["close"].iloc[i - 1] / raw["close"].iloc[i] > ratio * 0.8  # the raw file jumps
+    train, holdout, _ = build_panel(prices, sectors, p)
+    panel = train if pd.Timestamp(split_day) <= train.dates[-1] else holdout
+    k = panel.tickers.index(ticker)
+    t = panel.dates.get_loc(pd.Timestamp(split_day))
+    assert abs(panel["returns"][t, k]) < 0.2    # adjusted: no -75%..-86% jump (TSLA really rose 12.6% that day)
+    v_before, v_after = panel["volume"][t - 5:t, k].mean(), panel["volume"][t:t + 5, k].mean()
+    assert 0.33 < v_after / v_before < 3.0                     # volume adjusted by the split factor only
+    # volume before the split x every later split coefficient of the file (the vendor writes 7:1 as 7.000007)
+    later = raw["split_coefficient"].iloc[i:].prod()
+    assert later == pytest.approx(ratio * (4 if (ticker, split_day) == ("AAPL", "2014-06-09") else 1), rel=1e-5)
+    raw_v = raw["volume"].iloc[i - 5:i].mean()
+    assert panel["volume"][t - 5:t, k].mean() == pytest.approx(raw_v * later, rel=1e-12)
+
+
+def _set(row, col, value):
+    def edit(df):
+        df.loc[row, col] = value
+        return df
+    return edit
+
+
+@pytest.mark.parametrize("edit, validation, rule, fragment", [
+    (_set(5, "close", "abc"), {}, "non_numeric", "column 'close' row 7: 'abc' is not a number"),
+    (_set(5, "date", "2021/01/12"), {}, "non_numeric", "date '2021/01/12' is not YYYY-MM-DD"),
+    (_set(5, "low", -3.0), {"non_positive_price": "error"}, "non_positive_price", "low=-3"),
+    (_set(5, "high", 1.0), {"high_low": "error"}, "high_low", "high 1 < low"),
+    (_set(5, "volume", 0), {"non_positive_volume": "error"}, "non_positive_volume", "volume 0"),
+    (_set(5, "open", 1e6), {"ohlc_bounds": "error"}, "ohlc_bounds", "outside"),
+    (lambda df: df.drop(index=[5, 6]), {"missing_sessions": "error"}, "missing_sessions", "session missing"),
+    (lambda df: df.drop(index=range(0, 8)), {"late_start_early_end": "error"}, "late_start_early_end",
+     "data from 2021-01-14"),
+    (lambda df: pd.concat([df, df.iloc[[5]].assign(close=1.0)]), {}, "duplicate_dates", "conflicting rows"),
+    (lambda df: pd.concat([df, df.iloc[[5]].assign(date="2021-01-16")]), {}, "not_a_session",
+     "not sessions"),
+])
+def test_bad_input_errors_name_file_ticker_date_rule(tmp_path, params, edit, validation, rule, fragment):
+    folder = _folder(tmp_path, edit=edit)
+    with pytest.raises(DataError) as info:
+        _build(folder, params, validation)
+    err = info.value
+    assert err.rule == rule
+    assert fragment in str(err)
+    assert err.ticker == "BBB"
+    assert err.file and err.file.endswith("BBB.csv")
+    if rule != "late_start_early_end" and "YYYY" not in fragment:   # a bad date cell has no date to name
+        assert err.date is not None
+
+
+@pytest.mark.parametrize("edit, rule, check", [
+    (lambda df: pd.concat([df, df.iloc[[5]]]), "duplicate_dates", None),
+    (_set(5, "volume", 0), "non_positive_volume", lambda p, t: p["volume"][t, 1] > 0),
+    (_set(5, "open", 1e6), "ohlc_bounds", lambda p, t: p["high"][t, 1] >= 1e6 * 0.9),
+    (lambda df: df.drop(index=[5, 6]), "missing_sessions", lambda p, t: p["close"][t, 1] == p["close"][t - 1, 1]),
+    (lambda df: df.drop(index=range(0, 8)), "late_start_early_end", lambda p, t: np.isnan(p["close"][0, 1])),
+])
+def test_repairs_are_logged_and_applied(tmp_path, params, edit, rule, check):
+    folder = _folder(tmp_path, edit=edit)
+    train, _, repairs = _build(folder, params, {rule: "repair"})
+    assert repairs and all(r["rule"] == rule for r in repairs)
+    assert all(r["ticker"] == "BBB" and r["file"].endswith("BBB.csv") for r in repairs)
+    if check:
+        assert check(train, 5)
+
+
+def test_long_gap_is_an_error_even_in_repair_mode(tmp_path, params):
+    folder = _folder(tmp_path, edit=lambda df: df.drop(index=range(10, 20)))
+    with pytest.raises(DataError, match="gap of 10 sessions exceeds max_fill_gap 5"):
+        _build(folder, params, {"missing_sessions": "repair"})
+
+
+def test_unknown_header_and_missing_folder(tmp_path):
+    (tmp_path / "X.csv").write_text("when,price\n2021-01-04,1\n")
+    with pytest.raises(DataError, match="unknown header"):
+        read_csv_folder(tmp_path)
+    with pytest.raises(SourceUnavailableError, match="data.source=synthetic"):
+        read_csv_folder(tmp_path / "nope")
+
+
+def test_bad_validation_action_is_named(tmp_path, params):
+    with pytest.raises(DataError, match="data.validation.high_low must be 'error' or 'repair'"):
+        _build(_folder(tmp_path), params, {"high_low": "ignore"})
+
+
+def test_failed_panel_keeps_previous_outputs(tmp_path, params):
+    """A failing panel run must not corrupt a panel that an earlier run produced."""
+    from alphagym.data.stages import panel_paths, run_download, run_panel
+
+    p = _params(params)
+    p["data"]["csv_dir"] = str(_folder(tmp_path))
+    p["data"]["universe"] = None
+    run_download(p)
+    run_panel(p)
+    before = panel_paths(p)["train"].read_bytes()
+    _write_plain(Path(p["data"]["csv_dir"]), "BBB", seed=2, edit=_set(5, "close", "oops"))
+    with pytest.raises(DataError):
+        run_download(p)
+    run_panel(p)   # the raw data from the first download is untouched, so this rebuilds the same panel
+    assert panel_paths(p)["train"].read_bytes() == before
