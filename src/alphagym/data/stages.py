@@ -99,7 +99,8 @@ def run_compare_facts(params: dict[str, Any], folder: str, seeds: int = 16, firs
     rows = compare_facts(real, sim, params["stylized_tolerance"])
     head = (f"Real: {folder}, {real_train.shape[0]} sessions {real_train.dates[0].date()} to "
             f"{real_train.dates[-1].date()}. Simulator: same sessions, mean over seeds "
-            f"{first_seed}..{first_seed + seeds - 1} (calibration used seeds {params['seed']}..{int(params['seed']) + 15}).\n\n")
+            f"{first_seed}..{first_seed + seeds - 1} (calibration used seeds {params['seed']}.."
+            f"{int(params['seed']) + 15}).\n\n")
     extra = (f"\n\nDollar-volume spread across stocks (log10 max/min of medians): real "
              f"{real['dollar_volume_log10_spread']:.2f}, simulator {sim['dollar_volume_log10_spread']:.2f}.")
     return head + facts_table(rows) + extra

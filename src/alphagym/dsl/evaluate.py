@@ -1,0 +1,78 @@
+"""Evaluate an AST on a panel: (days x stocks) float64 in, (days x stocks) float64 out.
+
+Common subexpressions are evaluated once per formula (frozen AST nodes are the cache keys). Every output
+is finite or NaN: kernels map overflow, division by zero and invalid logs to NaN.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from alphagym.data.panel import Panel
+from alphagym.dsl.ast import Call, Field, Node, Num
+from alphagym.dsl.errors import UnavailableFieldError
+from alphagym.dsl.registry import OPS
+
+DSL_FIELDS = ("open", "high", "low", "close", "volume", "returns", "vwap")
+
+
+@dataclass
+class EvalContext:
+    """What cross-sectional kernels need besides the arrays: the stock grouping."""
+    codes: np.ndarray
+    _onehot: np.ndarray | None = field(default=None, repr=False)
+
+    def group_codes(self) -> np.ndarray:
+        return self.codes
+
+    def group_onehot(self) -> np.ndarray:
+        if self._onehot is None:
+            g = int(self.codes.max()) + 1 if len(self.codes) else 0
+            self._onehot = np.zeros((len(self.codes), g))
+            self._onehot[np.arange(len(self.codes)), self.codes] = 1.0
+        return self._onehot
+
+
+class Evaluator:
+    """Built once per panel; `evaluate` may be called for many formulas (the field arrays are shared)."""
+
+    def __init__(self, panel: Panel) -> None:
+        self.panel = panel
+        self.shape = panel.shape
+        self.ctx = EvalContext(panel.sector_codes())
+        self.notes: list[str] = []
+
+    def field(self, name: str, pos: int | None = None) -> np.ndarray:
+        if name in self.panel.fields and (name in DSL_FIELDS or name == "cap"):
+            return self.panel.fields[name]
+        if name == "cap":
+            raise UnavailableFieldError("field 'cap' (market capitalisation) is not in this panel; "
+                                        "use a panel with a cap column or rewrite with dollar volume (adv{d})", pos)
+        raise UnavailableFieldError(f"field {name!r} is not in this panel", pos)
+
+    def evaluate(self, node: Node) -> np.ndarray:
+        self.notes = []
+        cache: dict[Node, np.ndarray] = {}
+        out = self._eval(node, cache)
+        return out if out.shape == self.shape else np.broadcast_to(out, self.shape).copy()
+
+    def _eval(self, node: Node, cache: dict[Node, np.ndarray]) -> np.ndarray:
+        hit = cache.get(node)
+        if hit is not None:
+            return hit
+        if isinstance(node, Num):
+            out = np.full(self.shape, node.value)
+        elif isinstance(node, Field):
+            out = self.field(node.name)
+        else:
+            assert isinstance(node, Call)
+            args = [self._eval(a, cache) for a in node.args]
+            if node.op == "indneutralize" and node.param not in (None, "sector"):
+                note = f"IndClass.{node.param} falls back to sector, the finest grouping the panel has"
+                if note not in self.notes:
+                    self.notes.append(note)
+            out = OPS[node.op].kernel(args, node.window, node.param, self.ctx)
+        cache[node] = out
+        return out

@@ -1,0 +1,261 @@
+"""Recursive-descent parser: formula text -> immutable AST, or a typed error with a position.
+
+Hand-written because the language must be exactly this and nothing more: no `eval`, no host-language
+grammar, every rule checked at the token where it breaks. Precedence, loosest first:
+    c ? a : b  |  ||  |  &&  |  < <= > >= == !=  |  + -  |  * /  |  unary -  |  ^ (right-assoc)
+Total and bounded: the lexer caps characters and tokens, a nesting guard caps recursion, so any string
+returns an AST or a DslError in bounded time and memory.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from dataclasses import dataclass
+
+from alphagym.dsl.ast import Call, Field, Node, Num, depth, walk
+from alphagym.dsl.errors import ArityError, LimitError, ParseError, UnknownNameError, WindowError
+from alphagym.dsl.lexer import Token, tokenize
+from alphagym.dsl.registry import ALIASES, FIELDS, GROUPS, INFIX, OPS
+
+_ADV = re.compile(r"^adv(\d+)$")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Defaults equal params.yaml `dsl.limits`; the verifier passes the params' values."""
+    max_tokens: int = 256
+    max_depth: int = 16
+    max_window: int = 252
+    max_lookback: int = 252
+    max_chars: int = 4096
+
+    @classmethod
+    def from_params(cls, params: dict | None) -> Limits:
+        if not params:
+            return cls()
+        return cls(**{k: int(v) for k, v in params.items() if k in cls.__dataclass_fields__})
+
+
+class _Parser:
+    def __init__(self, text: str, limits: Limits) -> None:
+        self.text, self.limits = text, limits
+        self.tokens: list[Token] = tokenize(text, limits.max_tokens, limits.max_chars)
+        self.i = 0
+        self.nest = 0
+        self.max_nest = 2 * limits.max_depth + 8
+
+    # -- helpers --
+    @property
+    def tok(self) -> Token:
+        return self.tokens[self.i]
+
+    def accept(self, text: str) -> bool:
+        if self.tok.kind == "op" and self.tok.text == text:
+            self.i += 1
+            return True
+        return False
+
+    def expect(self, text: str, what: str) -> Token:
+        tok = self.tok
+        if not self.accept(text):
+            found = "end of formula" if tok.kind == "end" else repr(tok.text)
+            raise ParseError(f"expected {text!r} {what}, found {found}", tok.pos, self.text)
+        return tok
+
+    def enter(self) -> None:
+        self.nest += 1
+        if self.nest > self.max_nest:
+            raise LimitError(f"nesting deeper than {self.max_nest} levels", self.tok.pos, self.text)
+
+    # -- grammar --
+    def parse(self) -> Node:
+        node = self.ternary()
+        if self.tok.kind != "end":
+            raise ParseError(f"unexpected {self.tok.text!r} after a complete formula", self.tok.pos, self.text)
+        return node
+
+    def ternary(self) -> Node:
+        self.enter()
+        cond = self.binary(0)
+        if self.accept("?"):
+            yes = self.ternary()
+            self.expect(":", "in a 'c ? a : b' expression")
+            no = self.ternary()
+            cond = Call("where", (cond, yes, no))
+        self.nest -= 1
+        return cond
+
+    _LEVELS = (("||",), ("&&",), ("<", "<=", ">", ">=", "==", "!="), ("+", "-"), ("*", "/"))
+
+    def binary(self, level: int) -> Node:
+        if level == len(self._LEVELS):
+            return self.unary()
+        left = self.binary(level + 1)
+        while self.tok.kind == "op" and self.tok.text in self._LEVELS[level]:
+            op = self.tok.text
+            self.i += 1
+            right = self.binary(level + 1)
+            left = Call(INFIX[op], (left, right))
+        return left
+
+    def unary(self) -> Node:
+        if self.tok.kind == "op" and self.tok.text in ("-", "+"):
+            sign = self.tok.text
+            self.i += 1
+            self.enter()
+            operand = self.unary()
+            self.nest -= 1
+            if sign == "+":
+                return operand
+            return Num(-operand.value) if isinstance(operand, Num) else Call("neg", (operand,))
+        return self.power()
+
+    def power(self) -> Node:
+        base = self.primary()
+        if self.accept("^"):
+            self.enter()
+            exponent = self.unary()
+            self.nest -= 1
+            return Call("pow", (base, exponent))
+        return base
+
+    def primary(self) -> Node:
+        tok = self.tok
+        if tok.kind == "num":
+            self.i += 1
+            return Num(tok.value)
+        if tok.kind == "op" and tok.text == "(":
+            self.i += 1
+            node = self.ternary()
+            self.expect(")", "to close the parenthesis")
+            return node
+        if tok.kind == "name":
+            self.i += 1
+            if self.tok.kind == "op" and self.tok.text == "(":
+                return self.call(tok)
+            return self.name(tok)
+        found = "end of formula" if tok.kind == "end" else repr(tok.text)
+        raise ParseError(f"expected a number, a field, a function or '(', found {found}", tok.pos, self.text)
+
+    def name(self, tok: Token) -> Node:
+        low = tok.text.lower()
+        if low in FIELDS:
+            return Field(low)
+        m = _ADV.match(low)
+        if m:
+            d = self.window_value(float(m.group(1)), tok, "adv")
+            return Call("ts_mean", (Call("mul", (Field("close"), Field("volume"))),), window=d)
+        if low.startswith("indclass."):
+            raise ParseError(f"{tok.text} is only allowed as the second argument of indneutralize",
+                             tok.pos, self.text)
+        if low in OPS or low in ALIASES:
+            raise ParseError(f"{tok.text!r} is a function; call it with '('", tok.pos, self.text)
+        hint = difflib.get_close_matches(low, list(FIELDS), n=1)
+        raise UnknownNameError(f"unknown field {tok.text!r}" + (f" (did you mean {hint[0]!r}?)" if hint else ""),
+                               tok.pos, self.text)
+
+    def call(self, tok: Token) -> Node:
+        low = tok.text.lower()
+        self.expect("(", "after a function name")
+        args: list[tuple[Node | str, Token]] = []
+        if not self.accept(")"):
+            while True:
+                start = self.tok
+                if start.kind == "name" and start.text.lower().startswith("indclass."):
+                    self.i += 1
+                    args.append((start.text.lower().split(".", 1)[1], start))
+                else:
+                    args.append((self.ternary(), start))
+                if self.accept(")"):
+                    break
+                self.expect(",", "between arguments")
+        return self.build(low, tok, args)
+
+    def window_value(self, value: float, tok: Token, op: str) -> int:
+        d = math.floor(value)
+        if not (1 <= d <= self.limits.max_window):
+            raise WindowError(f"window of {op} is {value:g}; it must be between 1 and {self.limits.max_window} "
+                              "sessions after flooring", tok.pos, self.text)
+        return d
+
+    def window(self, arg: tuple[Node | str, Token], op: str) -> int:
+        node, tok = arg
+        if not isinstance(node, Num):
+            raise WindowError(f"the window of {op} must be a numeric literal", tok.pos, self.text)
+        return self.window_value(node.value, tok, op)
+
+    def expr_args(self, args: list, op: str, tok: Token) -> tuple[Node, ...]:
+        for node, at in args:
+            if isinstance(node, str):
+                raise ParseError(f"IndClass.{node} is only allowed in indneutralize", at.pos, self.text)
+        return tuple(node for node, _ in args)
+
+    def arity(self, op: str, tok: Token, got: int, want: str) -> ArityError:
+        return ArityError(f"{op} takes {want} argument(s), got {got}", tok.pos, self.text)
+
+    def build(self, low: str, tok: Token, args: list) -> Node:
+        if low in ("min", "max") and len(args) == 2 and isinstance(args[1][0], Num):
+            op = "ts_" + low                         # the paper's min(x, d) with a literal d
+            return Call(op, self.expr_args(args[:1], op, tok), window=self.window(args[1], op))
+        if low == "scale":
+            if len(args) not in (1, 2):
+                raise self.arity("scale", tok, len(args), "1 or 2 (x[, a])")
+            target = None
+            if len(args) == 2:
+                if not isinstance(args[1][0], Num):
+                    raise WindowError("the target of scale(x, a) must be a numeric literal", args[1][1].pos, self.text)
+                target = args[1][0].value
+            return Call("scale", self.expr_args(args[:1], "scale", tok), param=target)
+        if low == "indneutralize":
+            if len(args) not in (1, 2):
+                raise self.arity("indneutralize", tok, len(args), "1 or 2 (x[, IndClass.level])")
+            group = "sector"
+            if len(args) == 2:
+                group = args[1][0]
+                if not isinstance(group, str) or group not in GROUPS:
+                    raise ParseError(f"second argument of indneutralize must be IndClass.{{{','.join(GROUPS)}}}",
+                                     args[1][1].pos, self.text)
+            return Call("indneutralize", self.expr_args(args[:1], "indneutralize", tok), param=group)
+        op = ALIASES.get(low, low)
+        spec = OPS.get(op)
+        if spec is None or spec.infix is not None or op in ("neg", "where"):
+            known = sorted({*OPS, *ALIASES} - {"neg", "where"} - {s.name for s in OPS.values() if s.infix})
+            hint = difflib.get_close_matches(low, known, n=1)
+            raise UnknownNameError(f"unknown function {tok.text!r}" + (f" (did you mean {hint[0]!r}?)" if hint else ""),
+                                   tok.pos, self.text)
+        if spec.kind == "ts":
+            if len(args) != spec.arity + 1:
+                raise self.arity(op, tok, len(args), f"{spec.arity} + a window")
+            return Call(op, self.expr_args(args[:-1], op, tok), window=self.window(args[-1], op))
+        if len(args) != spec.arity:
+            raise self.arity(op, tok, len(args), str(spec.arity))
+        return Call(op, self.expr_args(args, op, tok))
+
+
+def lookback(node: Node) -> int:
+    """Sessions of history the formula needs before its first value (0 for plain fields)."""
+    memo: dict[int, int] = {}
+    order = list(walk(node))
+    for n in reversed(order):
+        if not isinstance(n, Call):
+            memo[id(n)] = 0
+            continue
+        base = max((memo[id(c)] for c in n.args), default=0)
+        rule = OPS[n.op].lookback
+        memo[id(n)] = base + (n.window - 1 if rule == "window" else n.window if rule == "shift" else 0)
+    return memo[id(node)]
+
+
+def parse(text: str, limits: Limits | None = None) -> Node:
+    """Parse one formula; raises a DslError subclass naming the rule and the position."""
+    limits = limits or Limits()
+    ast = _Parser(text, limits).parse()
+    d = depth(ast)
+    if d > limits.max_depth:
+        raise LimitError(f"expression depth {d} exceeds {limits.max_depth}", 0, text)
+    lb = lookback(ast)
+    if lb > limits.max_lookback:
+        raise LimitError(f"total lookback {lb} sessions exceeds {limits.max_lookback}", 0, text)
+    return ast

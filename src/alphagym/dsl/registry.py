@@ -1,0 +1,185 @@
+"""The operator registry: one declarative row per operator (name, arity, kind, lookback rule, kernel, doc).
+
+Everything the parser, the canonical form, the lookback check and the evaluator need to know about an
+operator lives in its row; adding an operator is adding a row.
+kind: 'elem' element-wise | 'cs' cross-sectional per day | 'ts' time series per stock (takes a window)
+lookback: 'max' (max over children) | 'window' (+ d - 1) | 'shift' (+ d)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from alphagym.dsl import kernels as K
+
+Array = np.ndarray
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    arity: int                     # expression arguments (windows not counted)
+    kind: str
+    lookback: str
+    kernel: Callable[..., Array]   # kernel(args, window, param, ctx) -> array
+    doc: str
+    commutative: bool = False
+    infix: str | None = None       # symbol when printed infix
+
+
+def _ew(fn: Callable[..., Array]) -> Callable[..., Array]:
+    """Element-wise kernel wrapper: NaN in -> NaN out; inf/overflow -> NaN."""
+    def run(args: list[Array], window: Any, param: Any, ctx: Any) -> Array:
+        with np.errstate(all="ignore"):
+            out = np.asarray(fn(*args), dtype=np.float64)
+        bad = ~np.isfinite(out)
+        if bad.any():
+            out = np.where(bad, np.nan, out)
+        return out
+    return run
+
+
+def _cmp(fn: Callable[[Array, Array], Array]) -> Callable[..., Array]:
+    def run(a: Array, b: Array) -> Array:
+        out = fn(a, b).astype(np.float64)
+        out[np.isnan(a) | np.isnan(b)] = np.nan
+        return out
+    return _ew(run)
+
+
+def _where(c: Array, a: Array, b: Array) -> Array:
+    out = np.where(c != 0, a, b)
+    return np.where(np.isnan(c), np.nan, out)
+
+
+def _signedpower(x: Array, a: Array) -> Array:
+    return np.sign(x) * np.power(np.abs(x), a)
+
+
+def _log(x: Array) -> Array:
+    return np.where(x > 0, np.log(np.where(x > 0, x, 1.0)), np.nan)
+
+
+def _sqrt(x: Array) -> Array:
+    return np.where(x >= 0, np.sqrt(np.where(x >= 0, x, 0.0)), np.nan)
+
+
+def _scale(args: list[Array], window: Any, param: Any, ctx: Any) -> Array:
+    x = args[0]
+    target = 1.0 if param is None else float(param)
+    s = np.nansum(np.abs(x), axis=1, keepdims=True)
+    with np.errstate(all="ignore"):
+        out = np.where(s > 0, target * x / np.where(s > 0, s, 1.0), 0.0)
+    out = np.where(np.isnan(x), np.nan, out)
+    return np.where(np.isfinite(out), out, np.nan)
+
+
+def _indneutralize(args: list[Array], window: Any, param: Any, ctx: Any) -> Array:
+    x = args[0]
+    onehot = ctx.group_onehot()                     # (N, G)
+    valid = ~np.isnan(x)
+    sums = np.where(valid, x, 0.0) @ onehot
+    counts = valid.astype(np.float64) @ onehot
+    with np.errstate(all="ignore"):
+        means = sums / counts
+    return x - means[:, ctx.group_codes()]
+
+
+def _ts(fn: Callable[..., Array], kind: int, pair: bool = False) -> Callable[..., Array]:
+    def run(args: list[Array], window: int, param: Any, ctx: Any) -> Array:
+        if pair:
+            out = fn(args[0], args[1], window, kind)
+        elif fn is K.ts_moments:
+            out = fn(args[0], args[0], window, kind)
+        else:
+            out = fn(args[0], window, kind)
+        return np.where(np.isfinite(out), out, np.nan) if kind == K.K_PRODUCT else out
+    return run
+
+
+def _delay(args: list[Array], window: int, param: Any, ctx: Any) -> Array:
+    x = args[0]
+    out = np.full_like(x, np.nan)
+    if window < len(x):
+        out[window:] = x[:-window]
+    return out
+
+
+def _delta(args: list[Array], window: int, param: Any, ctx: Any) -> Array:
+    return args[0] - _delay(args, window, param, ctx)
+
+
+_ROWS = [
+    # element-wise
+    OpSpec("add", 2, "elem", "max", _ew(np.add), "a + b", True, "+"),
+    OpSpec("sub", 2, "elem", "max", _ew(np.subtract), "a - b", False, "-"),
+    OpSpec("mul", 2, "elem", "max", _ew(np.multiply), "a * b", True, "*"),
+    OpSpec("div", 2, "elem", "max", _ew(np.divide), "a / b; NaN where b == 0", False, "/"),
+    OpSpec("pow", 2, "elem", "max", _ew(np.power), "a ^ b (binds tighter than *); NaN if not real", False, "^"),
+    OpSpec("neg", 1, "elem", "max", _ew(np.negative), "-a"),
+    OpSpec("abs", 1, "elem", "max", _ew(np.abs), "|x|"),
+    OpSpec("log", 1, "elem", "max", _ew(_log), "natural log; NaN where x <= 0"),
+    OpSpec("sign", 1, "elem", "max", _ew(np.sign), "-1, 0 or 1"),
+    OpSpec("sqrt", 1, "elem", "max", _ew(_sqrt), "square root; NaN where x < 0"),
+    OpSpec("power", 2, "elem", "max", _ew(np.power), "x ^ a"),
+    OpSpec("signedpower", 2, "elem", "max", _ew(_signedpower), "sign(x) * |x| ^ a"),
+    OpSpec("min", 2, "elem", "max", _ew(np.minimum), "element-wise minimum (min(x, literal) is ts_min)", True),
+    OpSpec("max", 2, "elem", "max", _ew(np.maximum), "element-wise maximum (max(x, literal) is ts_max)", True),
+    OpSpec("lt", 2, "elem", "max", _cmp(np.less), "1 if a < b else 0", False, "<"),
+    OpSpec("le", 2, "elem", "max", _cmp(np.less_equal), "1 if a <= b else 0", False, "<="),
+    OpSpec("gt", 2, "elem", "max", _cmp(np.greater), "1 if a > b else 0", False, ">"),
+    OpSpec("ge", 2, "elem", "max", _cmp(np.greater_equal), "1 if a >= b else 0", False, ">="),
+    OpSpec("eq", 2, "elem", "max", _cmp(np.equal), "1 if a == b else 0", True, "=="),
+    OpSpec("ne", 2, "elem", "max", _cmp(np.not_equal), "1 if a != b else 0", True, "!="),
+    OpSpec("or", 2, "elem", "max", _cmp(lambda a, b: (a != 0) | (b != 0)), "1 if a or b is non-zero", True, "||"),
+    OpSpec("and", 2, "elem", "max", _cmp(lambda a, b: (a != 0) & (b != 0)), "1 if both non-zero", True, "&&"),
+    OpSpec("where", 3, "elem", "max", _ew(_where), "c ? a : b (NaN where c is NaN)"),
+    # cross-sectional
+    OpSpec("rank", 1, "cs", "max", lambda a, w, p, c: K.cs_rank(a[0]),
+           "(average rank - 1) / (n - 1) over stocks with a value, ties averaged"),
+    OpSpec("scale", 1, "cs", "max", _scale, "x * a / sum(|x|) (a = 1 by default); 0 where the sum is 0"),
+    OpSpec("indneutralize", 1, "cs", "max", _indneutralize, "x minus its group (sector) mean"),
+    # time series (window d counted in sessions, today included)
+    OpSpec("delay", 1, "ts", "shift", _delay, "x[t - d]"),
+    OpSpec("ts_delta", 1, "ts", "shift", _delta, "x[t] - x[t - d]"),
+    OpSpec("ts_sum", 1, "ts", "window", _ts(K.ts_moments, K.K_SUM), "sum of the last d values"),
+    OpSpec("ts_mean", 1, "ts", "window", _ts(K.ts_moments, K.K_MEAN), "mean of the last d values"),
+    OpSpec("ts_std", 1, "ts", "window", _ts(K.ts_moments, K.K_STD), "population std (ddof 0)"),
+    OpSpec("ts_zscore", 1, "ts", "window", _ts(K.ts_moments, K.K_ZSCORE), "(x - mean) / std; NaN if constant"),
+    OpSpec("ts_corr", 2, "ts", "window", _ts(K.ts_moments, K.K_CORR, True),
+           "Pearson correlation; NaN over a constant window", True),
+    OpSpec("ts_cov", 2, "ts", "window", _ts(K.ts_moments, K.K_COV, True), "population covariance", True),
+    OpSpec("ts_max", 1, "ts", "window", _ts(K.ts_extreme, K.K_MAX), "max of the last d values"),
+    OpSpec("ts_min", 1, "ts", "window", _ts(K.ts_extreme, K.K_MIN), "min of the last d values"),
+    OpSpec("ts_argmax", 1, "ts", "window", _ts(K.ts_extreme, K.K_ARGMAX),
+           "sessions since the max (0 = today, ties to the most recent)"),
+    OpSpec("ts_argmin", 1, "ts", "window", _ts(K.ts_extreme, K.K_ARGMIN),
+           "sessions since the min (0 = today, ties to the most recent)"),
+    OpSpec("ts_rank", 1, "ts", "window", _ts(K.ts_window_scan, K.K_RANK),
+           "share of the other d-1 values strictly below today's, ties 1/2, in [0, 1]"),
+    OpSpec("ts_product", 1, "ts", "window", _ts(K.ts_window_scan, K.K_PRODUCT), "product of the last d values"),
+    OpSpec("ts_skew", 1, "ts", "window", _ts(K.ts_window_scan, K.K_SKEW), "population skewness"),
+    OpSpec("ts_kurt", 1, "ts", "window", _ts(K.ts_window_scan, K.K_KURT), "population excess kurtosis"),
+    OpSpec("ts_decay_linear", 1, "ts", "window", _ts(K.ts_weighted, K.K_DECAY),
+           "weights d, d-1, ..., 1 (today d), normalised"),
+    OpSpec("ts_ema", 1, "ts", "window", _ts(K.ts_weighted, K.K_EMA),
+           "weights (1-a)^k over the last d values, a = 2/(d+1), normalised"),
+    OpSpec("ts_slope", 1, "ts", "window", _ts(K.ts_weighted, K.K_SLOPE), "OLS slope on 0..d-1 (per session)"),
+]
+
+OPS: dict[str, OpSpec] = {row.name: row for row in _ROWS}
+INFIX = {row.infix: row.name for row in _ROWS if row.infix}
+
+# paper spellings -> canonical names (names are matched case-insensitively)
+ALIASES = {
+    "correlation": "ts_corr", "covariance": "ts_cov", "stddev": "ts_std", "delta": "ts_delta",
+    "sum": "ts_sum", "product": "ts_product", "decay_linear": "ts_decay_linear",
+    "ts_argmax": "ts_argmax", "ts_argmin": "ts_argmin", "ts_rank": "ts_rank",
+}
+
+FIELDS = ("open", "high", "low", "close", "volume", "returns", "vwap", "cap")
+GROUPS = ("sector", "industry", "subindustry")
