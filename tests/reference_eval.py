@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from alphagym.data.panel import Panel
-from alphagym.dsl.ast import Call, Field, Node, Num
+from alphagym.dsl.ast import Field, Node, Num
 
 
 def _clean(df: pd.DataFrame) -> pd.DataFrame:

@@ -2,12 +2,12 @@
 
 import numpy as np
 import pytest
-from dsl_helpers import random_panel
-from reference_eval import ReferenceEvaluator
 
 from alphagym.dsl.evaluate import Evaluator
 from alphagym.dsl.parser import parse
 from alphagym.dsl.registry import OPS
+from dsl_helpers import random_panel
+from reference_eval import ReferenceEvaluator
 
 PANEL = random_panel()
 OURS, REF = Evaluator(PANEL), ReferenceEvaluator(PANEL)

@@ -5,7 +5,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from dsl_helpers import random_panel
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +13,7 @@ from alphagym.dsl.errors import DslError
 from alphagym.dsl.evaluate import Evaluator
 from alphagym.dsl.parser import parse
 from alphagym.dsl.random_formula import random_formula
+from dsl_helpers import random_panel
 
 ALPHABET = st.sampled_from(list("()+-*/^<>=!&|?:,. 0123456789eE") + ["close", "rank(", "ts_mean(", "volume",
                                                                        "IndClass.sector", "adv20", "\x00", "é"])

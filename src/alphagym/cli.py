@@ -74,6 +74,24 @@ def cmd_compare_facts(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from alphagym.dsl.tools import print_report, run_eval
+
+    report = run_eval(_params(args), args.formula, args.panel, args.out)
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print_report(report)
+    return 0
+
+
+def cmd_alpha101(args: argparse.Namespace) -> int:
+    from alphagym.dsl.tools import print_alpha101, run_alpha101
+
+    print_alpha101(run_alpha101(_params(args), args.panel), args.json)
+    return 0
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--params", default="params.yaml", help="parameters file (default: params.yaml)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -86,6 +104,8 @@ COMMANDS: list[tuple[str, str, Callable[[argparse.Namespace], int]]] = [
     ("calibrate", "tool: fit the simulator to a folder of real per-ticker CSV files", cmd_calibrate),
     ("dag", "tool: show the stage table, or write dvc.yaml from it", cmd_dag),
     ("stylized", "tool: stylized facts of a panel file", cmd_stylized),
+    ("eval", "tool: parse and evaluate one formula on a panel", cmd_eval),
+    ("alpha101", "tool: Kakushadze's 101 alphas: paper text, parse status, canonical form", cmd_alpha101),
     ("compare-facts", "tool: simulator's stylized facts next to a real CSV folder's", cmd_compare_facts),
 ]
 
@@ -104,6 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
     subs["dag"].add_argument("--write-dvc", metavar="PATH", help="render dvc.yaml to PATH")
     subs["stylized"].add_argument("panel", help="panel parquet file")
     subs["compare-facts"].add_argument("--from", dest="from_dir", required=True, help="folder of per-ticker CSVs")
+    subs["eval"].add_argument("formula", help="formula text, e.g. 'rank(ts_mean(close, 5))'")
+    subs["eval"].add_argument("--panel", help="panel parquet (default: results/panel/train.parquet)")
+    subs["eval"].add_argument("--json", action="store_true", help="print JSON")
+    subs["eval"].add_argument("--out", help="write the evaluated (days x stocks) values to this parquet file")
+    subs["alpha101"].add_argument("--panel", help="panel for coverage (default: the train panel if built)")
+    subs["alpha101"].add_argument("--json", action="store_true", help="print JSON")
     for extra in EXTRA_COMMANDS:
         extra(sub, _add_common)
     return parser
@@ -120,6 +146,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AlphagymError as exc:
         print(f"alphagym {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:          # output piped into `head` and closed early: not an error
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

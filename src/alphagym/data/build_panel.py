@@ -175,8 +175,13 @@ def adjust(wide: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     return out
 
 
-def build_panel(prices: pd.DataFrame, sectors: dict[str, str], params: dict[str, Any]) -> tuple[Panel, Panel, list]:
-    """Validate, adjust, derive fields; return (train, holdout-with-warm-up, repairs)."""
+def build_full_panel(prices: pd.DataFrame, sectors: dict[str, str],
+                     params: dict[str, Any]) -> tuple[Panel, list[dict[str, str]]]:
+    """Validate, adjust and derive fields over every session from data.start to data.end (no split).
+
+    `in_holdout` marks sessions on or after data.holdout_start. Stages write only the split files
+    (`build_panel`); benchmarks and tools use the whole span.
+    """
     d = params["data"]
     prices = prices.copy()
     prices["date"] = pd.to_datetime(prices["date"])
@@ -202,14 +207,23 @@ def build_panel(prices: pd.DataFrame, sectors: dict[str, str], params: dict[str,
     f["market_return"] = np.repeat(mkt[:, None], len(tickers), axis=1)
     sec = tuple(sectors.get(t, "Unknown") for t in tickers)
     start = days_all.searchsorted(pd.Timestamp(d["start"]))
-    train_end = days_all.searchsorted(pd.Timestamp(d["train_end"]), side="right")
     hold_start = days_all.searchsorted(pd.Timestamp(d["holdout_start"]))
-    if not (start < train_end <= hold_start < len(days_all)):
+    full = Panel(days_all, tuple(tickers), sec, f, np.arange(len(days_all)) >= hold_start)
+    return full.slice_days(start, len(days_all)), validator.repair_log()
+
+
+def build_panel(prices: pd.DataFrame, sectors: dict[str, str],
+                params: dict[str, Any]) -> tuple[Panel, Panel, list[dict[str, str]]]:
+    """Validate, adjust, derive fields; return (train, holdout with its warm-up sessions, repairs)."""
+    d = params["data"]
+    full, repairs = build_full_panel(prices, sectors, params)
+    days = full.dates
+    train_end = days.searchsorted(pd.Timestamp(d["train_end"]), side="right")
+    hold_start = days.searchsorted(pd.Timestamp(d["holdout_start"]))
+    if not (0 < train_end <= hold_start < len(days)):
         raise DataError("date_split", f"need start < train_end < holdout_start <= end; got {d['start']}, "
-                        f"{d['train_end']}, {d['holdout_start']}, {d['end']} on {len(days_all)} sessions")
-    is_hold = np.arange(len(days_all)) >= hold_start
-    full = Panel(days_all, tuple(tickers), sec, f, is_hold)
-    train = full.slice_days(start, train_end)
-    warm = max(start, hold_start - int(d["holdout_warmup_sessions"]))
-    holdout = full.slice_days(warm, len(days_all))
-    return train, holdout, validator.repair_log()
+                        f"{d['train_end']}, {d['holdout_start']}, {d['end']} on {len(days)} sessions")
+    train = full.slice_days(0, train_end)
+    warm = max(0, hold_start - int(d["holdout_warmup_sessions"]))
+    holdout = full.slice_days(warm, len(days))
+    return train, holdout, repairs

@@ -107,6 +107,8 @@ def simulate_market(sim: dict[str, Any], *, calendar: str, start: str, end: str,
     # --- GARCH-t shocks for market, sectors, stocks ---
     a, b, df = cal["garch_alpha"], cal["garch_beta"], cal["t_df"]
     omega = 1.0 - a - b
+    h_cap = float(sim["max_variance_mult"])      # conditional variance at most this x its long-run level
+    z_cap = float(sim["volume_shock_cap"])
     q = cal["overnight_var_share"]
     h_m, h_s, h_i = 1.0, np.ones(n_sec), np.ones(n)
     drift_m = sim["market_drift_annual"] / 252.0
@@ -150,9 +152,9 @@ def simulate_market(sim: dict[str, Any], *, calendar: str, start: str, end: str,
                  + ci * load_s * np.sqrt(h_s[sec_codes]) * np.sqrt(1 - q) * zs[1][sec_codes]
                  + ci * sig_i * np.sqrt(h_i) * np.sqrt(1 - q) * zs[2]
                  + day_drift + mu_next)
-        h_m = omega + a * f_m**2 + b * h_m
-        h_s = omega + a * f_s**2 + b * h_s
-        h_i = omega + a * e_i**2 + b * h_i
+        h_m = min(omega + a * f_m**2 + b * h_m, h_cap)
+        h_s = np.minimum(omega + a * f_s**2 + b * h_s, h_cap)
+        h_i = np.minimum(omega + a * e_i**2 + b * h_i, h_cap)
         lo_open = log_close + on
         log_close = lo_open + intra
         sd_intra = ci * sigma * np.sqrt(1 - q) * np.sqrt(h_i)
@@ -160,7 +162,8 @@ def simulate_market(sim: dict[str, Any], *, calendar: str, start: str, end: str,
         bot = np.minimum(lo_open, log_close) - cal["range_k"] * sd_intra * np.abs(rng.standard_normal(n))
         r_tot = on + intra
         persist = phi_v * persist + np.sqrt(1 - phi_v**2) * vol_pers_sd * rng.standard_normal(n)
-        log_dv = (dv_level + persist + cal["volume_abs_return_slope"] * (np.abs(r_tot) / sigma - 0.8)
+        shock = np.minimum(np.abs(r_tot) / sigma, z_cap)      # volume responds to a move, then saturates
+        log_dv = (dv_level + persist + cal["volume_abs_return_slope"] * (shock - 0.8)
                   + cal["log_volume_noise"] * rng.standard_normal(n))
         opens[t], closes[t], highs[t], lows[t] = np.exp(lo_open), np.exp(log_close), np.exp(top), np.exp(bot)
         volumes[t] = np.maximum(1.0, np.round(np.exp(log_dv) / closes[t]))

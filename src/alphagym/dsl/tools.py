@@ -1,0 +1,115 @@
+"""The `eval` and `alpha101` commands: inspect one formula, or the paper's 101."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from alphagym.config import results_dir
+from alphagym.data.panel import Panel
+from alphagym.dsl.alpha101 import alpha101, describe
+from alphagym.dsl.canonical import canonical, fields_used, node_count, operators_used
+from alphagym.dsl.evaluate import DSL_FIELDS, Evaluator
+from alphagym.dsl.parser import Limits, lookback, parse
+
+
+def default_panel(params: dict[str, Any]) -> Path:
+    return results_dir(params) / "panel" / "train.parquet"
+
+
+def summarize(values: np.ndarray) -> dict[str, float]:
+    ok = np.isfinite(values)
+    v = values[ok]
+    rows_with = np.isfinite(values).sum(axis=1) >= 2
+    out = {"coverage": float(ok.mean()), "days_with_two_or_more_values": int(rows_with.sum())}
+    if v.size:
+        q = np.quantile(v, [0.01, 0.25, 0.5, 0.75, 0.99])
+        out.update(mean=float(v.mean()), std=float(v.std()), min=float(v.min()), max=float(v.max()),
+                   p01=float(q[0]), p25=float(q[1]), median=float(q[2]), p75=float(q[3]), p99=float(q[4]),
+                   distinct_values=int(min(np.unique(v).size, 10**6)))
+    return out
+
+
+def run_eval(params: dict[str, Any], formula: str, panel_path: str | None, out: str | None) -> dict[str, Any]:
+    limits = Limits.from_params(params["dsl"]["limits"])
+    ast = parse(formula, limits)
+    report: dict[str, Any] = {
+        "formula": formula, "canonical": canonical(ast, params["dsl"]["window_buckets"]),
+        "nodes": node_count(ast), "lookback": lookback(ast), "fields": fields_used(ast),
+        "operators": operators_used(ast)}
+    panel = Panel.read_parquet(panel_path or default_panel(params))
+    ev = Evaluator(panel)
+    values = ev.evaluate(ast)
+    report["panel"] = {"path": str(panel_path or default_panel(params)), "days": panel.shape[0],
+                       "stocks": panel.shape[1], "first": str(panel.dates[0].date()),
+                       "last": str(panel.dates[-1].date())}
+    report["values"] = summarize(values)
+    report["notes"] = ev.notes
+    if out:
+        frame = pd.DataFrame({"date": np.repeat(panel.dates.values, panel.shape[1]),
+                              "ticker": np.tile(np.asarray(panel.tickers, dtype=object), panel.shape[0]),
+                              "value": values.ravel()})
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        frame.to_parquet(out, index=False)
+        report["out"] = out
+    return report
+
+
+def run_alpha101(params: dict[str, Any], panel_path: str | None) -> list[dict[str, Any]]:
+    limits = Limits.from_params(params["dsl"]["limits"])
+    panel = None
+    path = Path(panel_path) if panel_path else default_panel(params)
+    if path.is_file():
+        panel = Panel.read_parquet(path)
+    fields = frozenset(DSL_FIELDS) | (frozenset({"cap"}) if panel is not None and "cap" in panel.fields else
+                                      frozenset())
+    rows = []
+    ev = Evaluator(panel) if panel is not None else None
+    for a in alpha101(limits, fields):
+        d = describe(a)
+        if a.canonical:
+            d["canonical"] = canonical(a.ast, params["dsl"]["window_buckets"])
+        if ev is not None and a.usable:
+            d["coverage"] = round(float(np.isfinite(ev.evaluate(a.ast)).mean()), 4)
+        rows.append(d)
+    return rows
+
+
+def print_report(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    con.print(f"[bold]canonical[/] {report['canonical']}")
+    con.print(f"nodes {report['nodes']}  lookback {report['lookback']}  fields {', '.join(report['fields'])}")
+    p = report["panel"]
+    con.print(f"panel {p['path']}: {p['days']} days x {p['stocks']} stocks, {p['first']} .. {p['last']}")
+    table = Table("statistic", "value")
+    for k, v in report["values"].items():
+        table.add_row(k, f"{v:.6g}" if isinstance(v, float) else str(v))
+    con.print(table)
+    for note in report["notes"]:
+        con.print(f"[yellow]note[/] {note}")
+
+
+def print_alpha101(rows: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("#", "status", "lookback", "coverage", "canonical form or reason", show_lines=False)
+    for r in rows:
+        status = "ok" if r["usable"] else ("unusable" if r["parses"] else "no parse")
+        cov = f"{r['coverage']:.0%}" if "coverage" in r else "-"
+        table.add_row(str(r["number"]), status, str(r.get("lookback", "-")), cov,
+                      r["canonical"] if r["usable"] else r["reason"])
+    Console(width=200).print(table)
+    n_parse = sum(r["parses"] for r in rows)
+    n_use = sum(r["usable"] for r in rows)
+    print(f"{n_parse} of {len(rows)} parse verbatim from the paper's text; {n_use} usable on this panel")
