@@ -22,3 +22,4 @@ rule all:
 
 
 include: "workflow/rules/data.smk"
+include: "workflow/rules/verifier.smk"

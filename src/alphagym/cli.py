@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from alphagym.config import load_params
-from alphagym.errors import AlphagymError
+from alphagym.errors import AlphagymError, ConfigError
 
 
 def _params(args: argparse.Namespace) -> dict[str, Any]:
@@ -92,6 +92,28 @@ def cmd_alpha101(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_archive(args: argparse.Namespace) -> int:
+    from alphagym.verifier.tools import run_archive
+
+    print(f"wrote {run_archive(_params(args))}")
+    return 0
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from alphagym.verifier.tools import card_json, load_verifier, print_card
+
+    if (args.formula is None) == (args.answer is None):
+        raise ConfigError("give either a FORMULA or --answer TEXT")
+    params = _params(args)
+    verifier, note = load_verifier(params, args.window)
+    card = verifier.score(args.answer if args.answer is not None else args.formula, answer=args.answer is not None)
+    if args.json:
+        print(card_json(card, note))
+    else:
+        print_card(card, params["verifier"]["priorities"], note)
+    return 0
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--params", default="params.yaml", help="parameters file (default: params.yaml)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -104,6 +126,8 @@ COMMANDS: list[tuple[str, str, Callable[[argparse.Namespace], int]]] = [
     ("calibrate", "tool: fit the simulator to a folder of real per-ticker CSV files", cmd_calibrate),
     ("dag", "tool: show the stage table, or write dvc.yaml from it", cmd_dag),
     ("stylized", "tool: stylized facts of a panel file", cmd_stylized),
+    ("archive", "stage: seed the novelty archive with the Alpha101 books on the train panel", cmd_archive),
+    ("score", "tool: score a formula (or a raw model answer) with the verifier's 12 channels", cmd_score),
     ("eval", "tool: parse and evaluate one formula on a panel", cmd_eval),
     ("alpha101", "tool: Kakushadze's 101 alphas: paper text, parse status, canonical form", cmd_alpha101),
     ("compare-facts", "tool: simulator's stylized facts next to a real CSV folder's", cmd_compare_facts),
@@ -128,6 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
     subs["eval"].add_argument("--panel", help="panel parquet (default: results/panel/train.parquet)")
     subs["eval"].add_argument("--json", action="store_true", help="print JSON")
     subs["eval"].add_argument("--out", help="write the evaluated (days x stocks) values to this parquet file")
+    subs["score"].add_argument("formula", nargs="?", help="formula text")
+    subs["score"].add_argument("--answer", help="a raw model answer (tags, reasoning block and all)")
+    subs["score"].add_argument("--window", choices=("train", "holdout"), default="train")
+    subs["score"].add_argument("--json", action="store_true", help="print JSON (valid, reason, channels, metrics)")
     subs["alpha101"].add_argument("--panel", help="panel for coverage (default: the train panel if built)")
     subs["alpha101"].add_argument("--json", action="store_true", help="print JSON")
     for extra in EXTRA_COMMANDS:

@@ -43,6 +43,9 @@ def stage_table(params: dict[str, Any]) -> dict[str, Stage]:
               {"train": f"{r}/panel/train.parquet", "holdout": f"{r}/panel/holdout.parquet",
                "repairs": f"{r}/panel/repairs.json", "summary": f"{r}/panel/summary.json"},
               ("data",), ("src/alphagym/data",), (f"{r}/panel/summary.json",)),
+        Stage("archive", "alphagym archive" + suffix, {"train": f"{r}/panel/train.parquet"},
+              {"archive": f"{r}/verifier/archive.npz"}, ("dsl", "verifier"),
+              ("src/alphagym/verifier", "src/alphagym/engine", "src/alphagym/dsl")),
     ]
     return {s.name: s for s in stages}
 

@@ -1,0 +1,77 @@
+"""Verifier throughput: full score cards (every channel but R3) per second on one core, against the pandas
+reference evaluating the same formulas without any scoring, in the same process.
+
+Workload: the five probe formulas, every usable Alpha101, and invalid answers (missing and doubled tags,
+syntax errors, limit violations, a self-cancelling formula), each as a raw model answer. Ours: best of 3
+per answer; pandas: one evaluation per parseable formula (best of 2 without --quick).
+Last line: full_scoring_vs_pandas_eval=<total pandas time / total scoring time>.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")        # one core, before numba is imported
+
+import argparse  # noqa: E402
+import sys  # noqa: E402
+
+from alphagym.config import load_params  # noqa: E402
+from alphagym.data.build_panel import build_panel  # noqa: E402
+from alphagym.data.sources import load_source  # noqa: E402
+from alphagym.dsl.alpha101 import alpha101  # noqa: E402
+from alphagym.dsl.errors import DslError  # noqa: E402
+from alphagym.dsl.evaluate import DSL_FIELDS  # noqa: E402
+from alphagym.dsl.parser import parse  # noqa: E402
+from alphagym.verifier.tools import seed_archive  # noqa: E402
+from alphagym.verifier.verifier import Verifier  # noqa: E402
+from common import PROBES, ROOT, best_time  # noqa: E402
+from reference_eval import ReferenceEvaluator  # noqa: E402
+
+INVALID = [
+    "rank(close)",                                               # no tag
+    "<alpha>rank(close)</alpha><alpha>rank(open)</alpha>",       # doubled tag
+    "<alpha>rank(close</alpha>",                                 # syntax
+    "<alpha>ts_mean(ts_mean(close, 200), 100)</alpha>",          # lookback limit
+    "<alpha>scale(ts_rank(ts_delta(volume, 23), 47) - ts_rank(ts_delta(volume, 23), 47))</alpha>",
+]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    params = load_params(ROOT / "params.yaml")
+    prices, sectors, _ = load_source(params)
+    train, _, _ = build_panel(prices, sectors, params)
+    verifier = Verifier(train, params)
+    seed_archive(verifier, params, progress=False)
+    alphas = [a.text for a in alpha101(panel_fields=frozenset(DSL_FIELDS)) if a.usable]
+    if args.quick:
+        alphas = alphas[::10]
+    answers = [f"<think>probe</think><alpha>{f}</alpha>" for f in PROBES + alphas] + INVALID
+    for a in answers:                                            # JIT warm-up
+        verifier.score(a, answer=True)
+    ref = ReferenceEvaluator(train)
+    t_ours = t_ref = 0.0
+    valid = 0
+    for a in answers:
+        t_ours += best_time(lambda a=a: verifier.score(a, answer=True), 3)
+        valid += verifier.score(a, answer=True).valid
+        formula = a.split("<alpha>")[-1].split("</alpha>")[0]
+        try:
+            ast = parse(formula)
+        except DslError:
+            continue
+        if "<alpha>" in a and a.count("<alpha>") == 1:
+            t_ref += best_time(lambda ast=ast: ref.evaluate(ast), 1 if args.quick else 2)
+    n = len(answers)
+    print(f"panel {train.shape[0]} x {train.shape[1]} (train window); {n} answers, {valid} valid; one core")
+    print(f"scoring: {t_ours:.3f} s total, {n / t_ours:.1f} score cards/s, {t_ours / n * 1e3:.2f} ms per answer")
+    print(f"pandas reference evaluation only: {t_ref:.3f} s total")
+    print(f"full_scoring_vs_pandas_eval={t_ref / t_ours:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

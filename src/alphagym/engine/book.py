@@ -1,0 +1,139 @@
+"""Signal -> daily dollar-neutral book -> P&L, with the timing that keeps it honest.
+
+Timing: the signal at close t becomes weights w[t] (rank, demean, gross 1); they are traded at open(t+1) and
+earn open(t+1) -> open(t+2). So P&L row t is realised two sessions later; the last two rows have none.
+Stocks without a signal get weight 0; a day with fewer than `min_valid` signals is flat.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from alphagym.dsl.kernels import cs_rank
+
+
+@njit(cache=True)
+def _demean_scale(r: np.ndarray, min_valid: int) -> np.ndarray:
+    t_len, n = r.shape
+    w = np.zeros((t_len, n))
+    for t in range(t_len):
+        cnt = 0
+        s = 0.0
+        for i in range(n):
+            if not np.isnan(r[t, i]):
+                cnt += 1
+                s += r[t, i]
+        if cnt < min_valid:
+            continue
+        m = s / cnt
+        g = 0.0
+        for i in range(n):
+            if not np.isnan(r[t, i]):
+                g += abs(r[t, i] - m)
+        if g <= 1e-12:          # all ties: no opinion, flat
+            continue
+        for i in range(n):
+            if not np.isnan(r[t, i]):
+                w[t, i] = (r[t, i] - m) / g
+    return w
+
+
+def weights_from_signal(signal: np.ndarray, min_valid: int = 2) -> np.ndarray:
+    """Rank across stocks with a value, subtract the mean, divide by sum |w| (long $ = short $ = 0.5)."""
+    return _demean_scale(cs_rank(np.ascontiguousarray(signal, dtype=np.float64)), min_valid)
+
+
+def forward_open_returns(opens: np.ndarray) -> np.ndarray:
+    """fwd[t] = open[t+2] / open[t+1] - 1: what weights decided at close t earn. NaN where unknown."""
+    fwd = np.full_like(opens, np.nan)
+    fwd[:-2] = opens[2:] / opens[1:-1] - 1.0
+    return fwd
+
+
+@njit(cache=True)
+def _turnover(w: np.ndarray) -> np.ndarray:
+    t_len, n = w.shape
+    out = np.zeros(t_len)
+    for t in range(t_len):
+        s = 0.0
+        for i in range(n):
+            prev = w[t - 1, i] if t > 0 else 0.0
+            s += abs(w[t, i] - prev)
+        out[t] = s
+    return out
+
+
+def turnover(w: np.ndarray) -> np.ndarray:
+    """Sum_i |w[t] - w[t-1]| (1.0 = the whole gross book replaced); the first day trades in from cash."""
+    return _turnover(w)
+
+
+def gross_pnl(w: np.ndarray, fwd: np.ndarray) -> np.ndarray:
+    """Daily gross P&L (fraction of gross book) for rows with realised forward returns (T - 2 rows)."""
+    f = np.where(np.isnan(fwd), 0.0, fwd)
+    return np.einsum("ij,ij->i", w[:-2], f[:-2])
+
+
+def daily_ic(w: np.ndarray, fwd: np.ndarray) -> np.ndarray:
+    """Pearson correlation across stocks of w[t] with fwd[t], per day; NaN on flat or degenerate days."""
+    w, f = w[:-2], fwd[:-2]
+    ok = (w != 0) & np.isfinite(f)
+    cnt = ok.sum(axis=1)
+    wz = np.where(ok, w, 0.0)
+    fz = np.where(ok, f, 0.0)
+    with np.errstate(all="ignore"):
+        mw = wz.sum(axis=1) / cnt
+        mf = fz.sum(axis=1) / cnt
+        dw = np.where(ok, w - mw[:, None], 0.0)
+        df = np.where(ok, f - mf[:, None], 0.0)
+        num = (dw * df).sum(axis=1)
+        den = np.sqrt((dw * dw).sum(axis=1) * (df * df).sum(axis=1))
+        ic = num / den
+    return np.where((cnt >= 3) & (den > 0), ic, np.nan)
+
+
+def sharpe(x: np.ndarray) -> float:
+    """Annualised (sqrt 252) mean / population std; 0 when the std is 0 or there is no data."""
+    if x.size == 0:
+        return 0.0
+    sd = float(x.std())
+    return float(x.mean() / sd * np.sqrt(252.0)) if sd > 0 else 0.0
+
+
+def max_drawdown(x: np.ndarray) -> float:
+    """Largest peak-to-trough fall of cumulative (summed) returns, as a positive number."""
+    if x.size == 0:
+        return 0.0
+    cum = np.cumsum(x)
+    return float(np.max(np.maximum.accumulate(np.maximum(cum, 0.0)) - cum))
+
+
+@dataclass(frozen=True)
+class Book:
+    weights: np.ndarray      # (T, N)
+    turnover: np.ndarray     # (T,)
+    gross: np.ndarray        # (T-2,)
+    cost: np.ndarray         # (T-2,)
+    net: np.ndarray          # (T-2,)
+    ic: np.ndarray           # (T-2,)
+    flat: np.ndarray         # (T,) bool
+
+    def metrics(self, market: np.ndarray) -> dict[str, float]:
+        m = market[: len(self.net)]
+        ok = np.isfinite(m)
+        beta = corr = 0.0
+        if ok.sum() > 2 and np.var(m[ok]) > 0:
+            c = np.cov(self.net[ok], m[ok], ddof=0)
+            beta = float(c[0, 1] / c[1, 1])
+            corr = float(c[0, 1] / np.sqrt(c[0, 0] * c[1, 1])) if c[0, 0] > 0 else 0.0
+        ic = self.ic[np.isfinite(self.ic)]
+        return {
+            "sharpe_net": sharpe(self.net), "sharpe_gross": sharpe(self.gross),
+            "annual_return_net": float(self.net.mean() * 252), "total_return_net": float(self.net.sum()),
+            "max_drawdown": max_drawdown(self.net), "turnover": float(self.turnover[:-2].mean()),
+            "ic": float(ic.mean()) if ic.size else 0.0, "beta": beta, "market_corr": corr,
+            "flat_share": float(self.flat[:-2].mean()), "cost_annual": float(self.cost.mean() * 252),
+        }

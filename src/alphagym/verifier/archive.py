@@ -1,0 +1,95 @@
+"""The novelty archive: daily P&L of up to `capacity` books (first in, first out) and the canonical forms
+seen. Seeded with the Alpha101 books; the trainer adds valid answers. Stored as one .npz file.
+
+P&L rows are kept standardised (mean 0, unit norm), so max |corr| against the archive is one
+matrix-vector product.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+
+def standardise(pnl: np.ndarray) -> np.ndarray | None:
+    z = pnl - pnl.mean()
+    norm = float(np.sqrt(z @ z))
+    return z / norm if norm > 0 else None
+
+
+class NoveltyArchive:
+    """A ring buffer of standardised P&L rows: adding is O(T), the oldest row is overwritten when full."""
+
+    def __init__(self, length: int, capacity: int = 1024) -> None:
+        self.length, self.capacity = length, capacity
+        self._buf = np.zeros((capacity, length))
+        self._labels: list[str | None] = [None] * capacity
+        self._count = 0
+        self._next = 0          # slot the next row goes to (the oldest once full)
+        self.canonicals: Counter[str] = Counter()
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def rows(self) -> np.ndarray:
+        """Rows oldest first."""
+        if self._count < self.capacity:
+            return self._buf[: self._count]
+        return np.roll(self._buf, -self._next, axis=0)
+
+    @property
+    def labels(self) -> list[str]:
+        if self._count < self.capacity:
+            return [lbl for lbl in self._labels[: self._count] if lbl is not None]
+        return [lbl for lbl in self._labels[self._next:] + self._labels[: self._next] if lbl is not None]
+
+    def max_abs_corr(self, pnl: np.ndarray) -> float:
+        z = standardise(pnl)
+        if z is None or self._count == 0:
+            return 0.0
+        return float(np.max(np.abs(self._buf[: self._count] @ z)))
+
+    def seen(self, canonical: str) -> bool:
+        return self.canonicals[canonical] > 0
+
+    def add(self, pnl: np.ndarray, canonical: str, label: str) -> None:
+        """Add one book; when full, the oldest leaves (its canonical form too). A flat P&L is not added."""
+        z = standardise(pnl)
+        if z is None:
+            return
+        old = self._labels[self._next]
+        if old is not None:
+            self.canonicals[old.split("\t", 1)[0]] -= 1
+        self._buf[self._next] = z
+        self._labels[self._next] = canonical + "\t" + label
+        self.canonicals[canonical] += 1
+        self._next = (self._next + 1) % self.capacity
+        self._count = min(self._count + 1, self.capacity)
+
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez_compressed(tmp, rows=self.rows, labels=np.array(json.dumps(self.labels)),
+                            meta=np.array(json.dumps({"length": self.length, "capacity": self.capacity})))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> NoveltyArchive:
+        with np.load(path, allow_pickle=False) as f:
+            meta = json.loads(str(f["meta"]))
+            rows = f["rows"]
+            labels = json.loads(str(f["labels"]))
+        arch = cls(meta["length"], meta["capacity"])
+        for row, label in zip(rows, labels):          # rows are stored standardised, oldest first
+            canonical = label.split("\t", 1)[0]
+            arch._buf[arch._next] = row
+            arch._labels[arch._next] = label
+            arch.canonicals[canonical] += 1
+            arch._next = (arch._next + 1) % arch.capacity
+            arch._count += 1
+        return arch

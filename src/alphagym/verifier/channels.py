@@ -1,0 +1,98 @@
+"""The reward channels as small pure functions of raw statistics. Each exists to close one way of looking
+profitable without an edge; the worked examples of the verifier issue are their tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from alphagym.dsl.ast import Call, Field, Node, Num
+from alphagym.dsl.registry import OPS
+
+CHANNELS = ("cpcv", "pbo", "jepa_stress", "factor_neutrality", "turnover", "min_turnover", "ic",
+            "novelty_pnl", "novelty_syntax", "motif_guard", "complexity", "format")
+
+
+def factor_neutrality(raw_sharpe: float, residual_sharpe: float, cfg: dict[str, Any]) -> float:
+    """R4: -0.4 * clip(raw - residual Sharpe, 0, 3). Sharpe 1.5 -> 0.3 after factors pays -0.48."""
+    return -cfg["scale"] * float(np.clip(raw_sharpe - residual_sharpe, 0.0, cfg["clip"])) + 0.0
+
+
+def turnover_penalty(turnover: float, cfg: dict[str, Any]) -> float:
+    """R5: -2 * max(0, turnover - 0.5)."""
+    return -cfg["slope"] * max(0.0, turnover - cfg["cap"]) + 0.0      # + 0.0: no -0.0 in score cards
+
+
+def min_turnover(turnover: float, cfg: dict[str, Any]) -> float:
+    """R6: 0 at >= 6%/day; a linear ramp to -1 between 6% and 3%; -1 from 3% to 2% (below 2%: invalid)."""
+    free, ramp_to = cfg["free"], cfg["ramp_to"]
+    if turnover >= free:
+        return 0.0
+    if turnover <= ramp_to:
+        return -1.0
+    return -(free - turnover) / (free - ramp_to)
+
+
+def ic_channel(ic: float, cpcv: float, cfg: dict[str, Any]) -> float:
+    """R7: 0.2 * clip(20 * IC, -1, 1), at most 0.05 while CPCV <= 0. IC 0.05 earns the full 0.2."""
+    value = cfg["weight"] * float(np.clip(cfg["scale"] * ic, -1.0, 1.0))
+    return min(value, cfg["cap_when_cpcv_nonpositive"]) if cpcv <= 0 else value
+
+
+def novelty_pnl(max_corr: float, cfg: dict[str, Any]) -> float:
+    """R8: 0.4 * (1 - max |corr|) against the archive; a near duplicate (>= 0.95) pays -0.4."""
+    if max_corr >= cfg["duplicate_corr"]:
+        return cfg["duplicate_penalty"]
+    return cfg["weight"] * (1.0 - max_corr)
+
+
+def novelty_syntax(max_corr: float, seen_before: bool, same_in_group: int, cfg: dict[str, Any]) -> float:
+    """R9: 0.2 * (1 - max |corr|) for a never-seen canonical form; -0.3 per other group answer sharing it."""
+    base = 0.0 if seen_before else cfg["weight"] * (1.0 - max_corr)
+    return base + cfg["same_group_penalty"] * same_in_group
+
+
+def complexity(nodes: int, cfg: dict[str, Any]) -> float:
+    """R11: -0.02 per expression node beyond 24."""
+    return cfg["per_node"] * max(0, nodes - cfg["free_nodes"]) + 0.0
+
+
+def format_bonus(has_reasoning: bool, cfg: dict[str, Any]) -> float:
+    """R12: +0.05 for a reasoning block before the answer."""
+    return cfg["reasoning_bonus"] if has_reasoning else 0.0
+
+
+def pbo_penalties(insample: np.ndarray, oos: np.ndarray, floor: float) -> np.ndarray:
+    """R2 for a group: per slice, rank answers by in-sample and by out-of-sample Sharpe; an answer's penalty
+    is floor * mean over slices of max(0, oos rank - in-sample rank) / (n - 1). Rank 0 is the best.
+    insample, oos: (answers, slices). First in-sample and last out-of-sample pays the full floor."""
+    n = insample.shape[0]
+    if n < 2:
+        return np.zeros(n)
+    r_is = np.argsort(np.argsort(-insample, axis=0, kind="stable"), axis=0, kind="stable")
+    r_oos = np.argsort(np.argsort(-oos, axis=0, kind="stable"), axis=0, kind="stable")
+    drop = np.maximum(r_oos - r_is, 0) / (n - 1)
+    return floor * drop.mean(axis=1)
+
+
+_WRAPPERS = {"rank", "scale", "sign", "neg"}
+
+
+def is_bare_motif(node: Node) -> bool:
+    """One time-series operator on one field, optionally wrapped in rank/scale/sign/negation
+    (negation written as unary minus or as a product with a literal, as the paper does)."""
+    while isinstance(node, Call):
+        if node.op in _WRAPPERS:
+            node = node.args[0]
+        elif node.op == "mul" and any(isinstance(a, Num) for a in node.args):
+            node = next(a for a in node.args if not isinstance(a, Num))
+        else:
+            break
+    return (isinstance(node, Call) and OPS[node.op].kind == "ts" and len(node.args) == 1
+            and isinstance(node.args[0], Field))
+
+
+def motif_guard_applies(node: Node, fields: list[str], ic: float, cfg: dict[str, Any]) -> bool:
+    """R10: a bare motif or a price-only formula (no volume) whose IC is below the threshold."""
+    return (is_bare_motif(node) or "volume" not in fields) and ic < cfg["ic_threshold"]

@@ -1,0 +1,256 @@
+"""The Verifier: an answer -> a typed score card of 12 reward channels, validity and book metrics.
+
+Built once per panel: forward returns, factor returns, cost inputs, CPCV masks and the novelty archive are
+precomputed, so scoring one answer is one formula evaluation plus a handful of vector operations.
+Deterministic to the bit; `score_group(..., workers=k)` spreads answers over processes with identical
+results (each answer is scored independently; the group-level channels are computed afterwards).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from alphagym.data.panel import Panel
+from alphagym.dsl.answer import extract
+from alphagym.dsl.canonical import canonical, fields_used, node_count
+from alphagym.dsl.errors import AnswerTagError, DslError
+from alphagym.dsl.evaluate import Evaluator
+from alphagym.dsl.parser import Limits, lookback, parse
+from alphagym.engine.book import (
+    Book,
+    daily_ic,
+    forward_open_returns,
+    gross_pnl,
+    turnover,
+    weights_from_signal,
+)
+from alphagym.engine.costs import HoldoutCosts, train_cost
+from alphagym.verifier import channels as ch
+from alphagym.verifier.archive import NoveltyArchive
+from alphagym.verifier.cpcv import cpcv_statistic, make_slices, masked_sharpes
+from alphagym.verifier.factors import factor_returns, residual_sharpe_gap
+
+
+@dataclass
+class ScoreCard:
+    text: str
+    formula: str | None
+    canonical: str | None
+    valid: bool
+    reason: str | None
+    error_type: str | None
+    channels: dict[str, float]
+    metrics: dict[str, float]
+    skipped: dict[str, str]
+    timings: dict[str, float]
+    nodes: int = 0
+    motif: bool = False
+    max_corr: float = 0.0
+    pnl: np.ndarray | None = field(default=None, repr=False)
+    insample_sharpes: np.ndarray | None = field(default=None, repr=False)
+    test_sharpes: np.ndarray | None = field(default=None, repr=False)
+
+    def total(self, priorities: dict[str, float]) -> float:
+        """Priority-weighted sum of the raw channels (what a single-reward baseline would see)."""
+        return float(sum(priorities[k] * v for k, v in self.channels.items()))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"valid": self.valid, "reason": self.reason, "error_type": self.error_type,
+                "formula": self.formula, "canonical": self.canonical,
+                "channels": {k: round(v, 10) for k, v in self.channels.items()},
+                "metrics": {k: (round(v, 10) if isinstance(v, float) else v) for k, v in self.metrics.items()},
+                "skipped": self.skipped, "timings_ms": {k: round(v, 3) for k, v in self.timings.items()}}
+
+
+def _zero_channels() -> dict[str, float]:
+    return dict.fromkeys(ch.CHANNELS, 0.0)
+
+
+class Verifier:
+    def __init__(self, panel: Panel, params: dict[str, Any], archive: NoveltyArchive | None = None,
+                 window: str = "train") -> None:
+        if window not in ("train", "holdout"):
+            raise ValueError(f"window must be 'train' or 'holdout', got {window!r}")
+        self.params, self.cfg, self.window = params, params["verifier"], window
+        self.panel = panel
+        self.limits = Limits.from_params(params["dsl"]["limits"])
+        self.buckets = tuple(params["dsl"]["window_buckets"])
+        self.evaluator = Evaluator(panel)
+        self.min_valid = int(self.cfg["book"]["min_valid_stocks"])
+        self.fwd = forward_open_returns(panel["open"])
+        ok = np.isfinite(self.fwd[:-2])
+        self.market = np.where(ok.any(axis=1), np.nanmean(np.where(ok, self.fwd[:-2], np.nan), axis=1), np.nan) \
+            if ok.any() else np.full(len(self.fwd) - 2, np.nan)
+        # P&L rows that count: all train rows; in the holdout panel only the holdout year (not the warm-up)
+        self.rows = np.ones(len(self.fwd) - 2, bool) if window == "train" else panel.in_holdout[:-2].copy()
+        c = self.cfg["cpcv"]
+        self.slices = make_slices(int(self.rows.sum()), c["blocks"], c["test_blocks"], c["purge"], c["embargo"])
+        self.holdout_costs = (HoldoutCosts(panel["returns"], panel["dollar_volume"], self.cfg["costs"]["holdout"])
+                              if window == "holdout" else None)
+        self.factors = factor_returns(panel, self.fwd, self.cfg["factor_neutrality"], self.min_valid)[self.rows]
+        n = int(self.rows.sum())
+        self.archive = archive if archive is not None else NoveltyArchive(n, self.cfg["novelty_pnl"]["capacity"])
+        if window == "train" and self.archive.length != n:
+            raise ValueError(f"archive holds P&L of length {self.archive.length}, this panel gives {n}")
+        self.stress = None       # R3 plugs in here once the world-model stage exists
+
+    # --- single answer ---
+    def book(self, signal: np.ndarray) -> Book:
+        w = weights_from_signal(signal, self.min_valid)
+        to = turnover(w)
+        gross = gross_pnl(w, self.fwd)
+        cost = (self.holdout_costs.cost(w) if self.holdout_costs is not None
+                else train_cost(to[:-2], self.cfg["costs"]["train"]))
+        flat = np.abs(w).sum(axis=1) == 0
+        return Book(w, to, gross, cost, gross - cost, daily_ic(w, self.fwd), flat)
+
+    def _invalid(self, card: ScoreCard, score_key: str, reason: str, error_type: str) -> ScoreCard:
+        card.valid, card.reason, card.error_type = False, reason, error_type
+        card.channels = _zero_channels()
+        card.channels["cpcv"] = float(self.cfg["cpcv"][score_key])
+        return card
+
+    def score_one(self, text: str, answer: bool = False) -> ScoreCard:
+        """All per-answer channels; group-level ones (pbo, novelty_syntax's group term) default to a group
+        of one. Use score_group for groups."""
+        t0 = time.perf_counter()
+        card = ScoreCard(text, None, None, True, None, None, _zero_channels(), {}, {}, {})
+        reasoning = False
+        formula = text
+        if answer:
+            try:
+                parsed = extract(text)
+            except AnswerTagError as exc:
+                return self._invalid(card, "missing_tag_score", str(exc), exc.rule)
+            formula, reasoning = parsed.formula, parsed.reasoning is not None
+        card.formula = formula
+        try:
+            ast = parse(formula, self.limits)
+            card.canonical = canonical(ast, self.buckets)
+            card.nodes = node_count(ast)
+            t1 = time.perf_counter()
+            signal = self.evaluator.evaluate(ast)
+        except DslError as exc:
+            return self._invalid(card, "invalid_score", str(exc), exc.rule)
+        t2 = time.perf_counter()
+        book = self.book(signal)
+        rows = self.rows
+        net, ic_series = book.net[rows], book.ic[rows]
+        flat_share = float(book.flat[:-2][rows].mean())
+        mean_turnover = float(book.turnover[:-2][rows].mean())
+        metrics = book.metrics(self.market)
+        if self.window == "holdout":
+            m = Book(book.weights, book.turnover, book.gross[rows], book.cost[rows], net, ic_series,
+                     book.flat[:-2][rows])
+            metrics = m.metrics(self.market[rows])
+            metrics["turnover"] = mean_turnover
+        metrics.update(lookback=float(lookback(ast)), nodes=float(card.nodes))
+        card.metrics = metrics
+        bcfg = self.cfg["book"]
+        if flat_share > bcfg["max_flat_share"]:
+            return self._invalid(card, "degenerate_score", f"signal missing or without opinion on "
+                                 f"{flat_share:.0%} of days (limit {bcfg['max_flat_share']:.0%})", "flat_book")
+        if mean_turnover < self.cfg["min_turnover"]["invalid_below"]:
+            return self._invalid(card, "degenerate_score", f"turnover {mean_turnover:.2%}/day is below "
+                                 f"{self.cfg['min_turnover']['invalid_below']:.0%}: a static book", "static_book")
+        # R1 CPCV on the net P&L
+        c = self.cfg["cpcv"]
+        test_sr = masked_sharpes(net, self.slices.test)
+        in_sr = masked_sharpes(net, self.slices.insample)
+        cpcv = cpcv_statistic(test_sr, c["std_penalty"])
+        card.pnl, card.test_sharpes, card.insample_sharpes = net, test_sr, in_sr
+        ic = float(np.nanmean(ic_series)) if np.isfinite(ic_series).any() else 0.0
+        raw_sr, resid_sr, betas = residual_sharpe_gap(net, self.factors)
+        metrics.update(cpcv=cpcv, residual_sharpe=resid_sr,
+                       **{f"factor_beta_{n}": float(b) for n, b in zip(
+                           ("market", "size", "momentum", "reversal", "low_volatility"), betas)})
+        chans = card.channels
+        chans["cpcv"] = cpcv
+        chans["factor_neutrality"] = ch.factor_neutrality(raw_sr, resid_sr, self.cfg["factor_neutrality"])
+        chans["turnover"] = ch.turnover_penalty(mean_turnover, self.cfg["turnover"])
+        chans["min_turnover"] = ch.min_turnover(mean_turnover, self.cfg["min_turnover"])
+        chans["ic"] = ch.ic_channel(ic, cpcv, self.cfg["ic"])
+        if self.window == "train":
+            card.max_corr = self.archive.max_abs_corr(net)
+            chans["novelty_pnl"] = ch.novelty_pnl(card.max_corr, self.cfg["novelty_pnl"])
+            chans["novelty_syntax"] = ch.novelty_syntax(card.max_corr, self.archive.seen(card.canonical), 0,
+                                                        self.cfg["novelty_syntax"])
+            metrics["novelty_max_corr"] = card.max_corr
+        else:
+            card.skipped["novelty_pnl"] = card.skipped["novelty_syntax"] = "novelty is a train-window channel"
+            turnover_pen = ch.turnover_penalty(mean_turnover, {"cap": self.cfg["holdout"]["turnover_cap"],
+                                                               "slope": self.cfg["holdout"]["turnover_slope"]})
+            clip = self.cfg["holdout"]["clip"]
+            metrics["holdout_score"] = float(np.clip(cpcv + turnover_pen, -clip, clip))
+        if self.stress is None:
+            card.skipped["jepa_stress"] = "no stress worlds yet (world-model stage not built); channel is 0"
+        chans["complexity"] = ch.complexity(card.nodes, self.cfg["complexity"])
+        chans["format"] = ch.format_bonus(reasoning, self.cfg["format"])
+        card.motif = ch.motif_guard_applies(ast, fields_used(ast), ic, self.cfg["motif_guard"])
+        if card.motif:
+            self._apply_motif_guard(card)
+        t3 = time.perf_counter()
+        card.timings = {"parse": (t1 - t0) * 1e3, "evaluate": (t2 - t1) * 1e3, "book_and_channels": (t3 - t2) * 1e3}
+        return card
+
+    def _apply_motif_guard(self, card: ScoreCard) -> None:
+        for k, v in card.channels.items():
+            if v > 0:
+                card.channels[k] = 0.0
+        card.channels["motif_guard"] = float(self.cfg["motif_guard"]["penalty"])
+
+    def score(self, text: str, answer: bool = False) -> ScoreCard:
+        return self.score_group([text], answer=answer)[0]
+
+    # --- groups ---
+    def score_group(self, texts: list[str], answer: bool = True, workers: int | None = None) -> list[ScoreCard]:
+        workers = int(self.cfg.get("workers", 1) if workers is None else workers)
+        if workers > 1 and len(texts) > 1:
+            # spawn, not fork: numba's OpenMP pool does not survive a fork. Each worker builds its own
+            # Verifier once from the same inputs, so its results are identical to the serial path.
+            ctx = multiprocessing.get_context("spawn")
+            init = (self.panel, self.params, self.archive, self.window)
+            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
+                                     initargs=init) as pool:
+                cards = list(pool.map(_score_in_worker, texts, [answer] * len(texts)))
+        else:
+            cards = [self.score_one(t, answer) for t in texts]
+        self._group_channels(cards)
+        return cards
+
+    def _group_channels(self, cards: list[ScoreCard]) -> None:
+        valid = [c for c in cards if c.valid]
+        if len(valid) >= 2:
+            pen = ch.pbo_penalties(np.array([c.insample_sharpes for c in valid]),
+                                   np.array([c.test_sharpes for c in valid]), self.cfg["pbo"]["floor"])
+            for c, p in zip(valid, pen):
+                c.channels["pbo"] = 0.0 if c.motif else float(p)
+        if self.window != "train":
+            return
+        forms = [c.canonical for c in cards if c.canonical]
+        for c in valid:
+            same = forms.count(c.canonical) - 1
+            value = ch.novelty_syntax(c.max_corr, self.archive.seen(c.canonical), same, self.cfg["novelty_syntax"])
+            c.channels["novelty_syntax"] = min(value, 0.0) if c.motif else value
+
+
+_WORKER_VERIFIER: Verifier | None = None
+
+
+def _init_worker(panel: Panel, params: dict[str, Any], archive: NoveltyArchive, window: str) -> None:
+    import numba
+
+    numba.set_num_threads(1)          # one process per core: no oversubscription
+    global _WORKER_VERIFIER
+    _WORKER_VERIFIER = Verifier(panel, params, archive, window)
+
+
+def _score_in_worker(text: str, answer: bool) -> ScoreCard:
+    assert _WORKER_VERIFIER is not None
+    return _WORKER_VERIFIER.score_one(text, answer)

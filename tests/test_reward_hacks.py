@@ -1,0 +1,126 @@
+"""Reward-hack regression suite: each hack of the seed gym's log, reproduced and shown closed."""
+
+import numpy as np
+import pytest
+
+from alphagym.config import load_params
+from alphagym.dsl.random_formula import random_formula
+from alphagym.engine.book import forward_open_returns, gross_pnl, weights_from_signal
+from alphagym.verifier.verifier import Verifier
+
+P = load_params("params.yaml")
+PRIORITIES = P["verifier"]["priorities"]
+
+
+@pytest.fixture(scope="module")
+def verifier(sim_panels):
+    return Verifier(sim_panels[0], P)
+
+
+def test_self_cancelling_formula_is_invalid(verifier):
+    c = verifier.score("scale(ts_rank(ts_delta(volume, 23), 47) - ts_rank(ts_delta(volume, 23), 47))")
+    assert not c.valid and c.error_type == "flat_book"
+    assert c.channels["cpcv"] == -0.8 and all(v == 0 for k, v in c.channels.items() if k != "cpcv")
+
+
+def test_static_book_is_invalid(verifier):
+    c = verifier.score("rank(ts_mean(close, 126))")        # a price-level tilt that hardly trades
+    assert c.metrics["turnover"] < 0.02
+    assert not c.valid and c.error_type == "static_book"
+
+
+def test_jittered_template_shares_a_canonical_form_and_pays(verifier):
+    group = [f"<alpha>rank(ts_std(volume, {w}) / ts_mean(volume, {w}))</alpha>" for w in range(15, 27)]
+    cards = verifier.score_group(group)
+    assert len({c.canonical for c in cards}) == 1
+    for c in cards:
+        assert c.channels["novelty_syntax"] <= 0.2 - 0.3 * 11 + 1e-12
+
+
+def test_same_book_different_code_gets_no_novelty(sim_panels):
+    from alphagym.verifier.archive import NoveltyArchive
+
+    v = Verifier(sim_panels[0], P, archive=NoveltyArchive(sim_panels[0].shape[0] - 2))
+    first = v.score("rank(volume / ts_mean(volume, 20))")
+    v.archive.add(first.pnl, first.canonical, "first")
+    twin = v.score("rank(log(volume) - log(ts_mean(volume, 20)))")        # same ranks, other code
+    assert twin.canonical != first.canonical
+    assert twin.max_corr > 0.999
+    assert twin.channels["novelty_pnl"] == -0.4
+
+
+def test_slow_price_level_tilt_loses_positive_reward(verifier):
+    c = verifier.score("rank(ts_std(close, 10))")          # tracks the price level, IC ~ 0
+    assert c.valid and abs(c.metrics["ic"]) < 0.005
+    assert c.channels["motif_guard"] == -1.0
+    assert max(c.channels.values()) <= 0.0
+
+
+def test_high_beta_trap_is_charged_by_factor_neutrality(verifier):
+    c = verifier.score("rank(ts_std(returns, 63))")        # the planted trap (see ground_truth.json)
+    assert c.valid and c.metrics["beta"] > 0.1
+    assert c.channels["factor_neutrality"] < -0.2
+
+
+def test_planted_volume_variability_keeps_positive_cpcv_and_ic(verifier):
+    c = verifier.score("rank(ts_std(volume, 20) / ts_mean(volume, 20))")
+    assert c.valid and c.channels["cpcv"] > 0.3 and c.metrics["ic"] > 0.005 and c.channels["ic"] > 0
+    assert c.channels["motif_guard"] == 0.0
+
+
+
+@pytest.mark.parametrize("text, score, kind", [
+    ("rank(close)", -1.0, "missing_tag"),
+    ("<alpha>rank(close)</alpha> <alpha>rank(open)</alpha>", -1.0, "doubled_tag"),
+    ("<alpha>rank(close</alpha>", -0.8, "syntax"),
+    ("<alpha>ts_mean(close, 300)</alpha>", -0.8, "window"),
+    ("<alpha>rank(cap)</alpha>", -0.8, "unavailable_field"),
+    ("", -1.0, "missing_tag"),
+])
+def test_invalid_answers(verifier, text, score, kind):
+    c = verifier.score(text, answer=True)
+    assert not c.valid and c.error_type == kind and c.channels["cpcv"] == score
+    assert all(v == 0 for k, v in c.channels.items() if k != "cpcv")
+
+
+def test_weights_use_only_the_past_and_pnl_starts_at_next_open(sim_panels):
+    train = sim_panels[0].slice_days(0, 400)
+    from alphagym.dsl.evaluate import Evaluator
+    from alphagym.dsl.parser import parse
+
+    ast = parse("rank(ts_corr(close, volume, 10)) - rank(ts_delta(vwap, 3))")
+    w = weights_from_signal(Evaluator(train).evaluate(ast))
+    t = 250
+    fields = {k: v.copy() for k, v in train.fields.items()}
+    for v in fields.values():
+        v[t + 1:] *= np.random.default_rng(1).uniform(0.5, 1.5, v[t + 1:].shape)
+    moved = type(train)(train.dates, train.tickers, train.sectors, fields, train.in_holdout)
+    w2 = weights_from_signal(Evaluator(moved).evaluate(ast))
+    np.testing.assert_array_equal(w[: t + 1], w2[: t + 1])
+    # P&L of the weights decided at close t is open(t+1) -> open(t+2), nothing else
+    fwd = forward_open_returns(train["open"])
+    pnl = gross_pnl(w, fwd)
+    o = train["open"]
+    assert pnl[t] == pytest.approx(np.nansum(w[t] * (o[t + 2] / o[t + 1] - 1)), rel=1e-12)
+    closes = {k: v.copy() for k, v in train.fields.items()}
+    closes["close"][t + 1] *= 1.5                              # the close after the decision does not matter
+    assert gross_pnl(w, forward_open_returns(closes["open"]))[t] == pnl[t]
+
+
+def test_nontrivial_baselines_score_at_or_below_zero(verifier):
+    empty = verifier.score("", answer=True).total(PRIORITIES)
+    constant = verifier.score("1").total(PRIORITIES)
+    randoms = [verifier.score(random_formula(s)).total(PRIORITIES) for s in range(40)]
+    assert empty <= 0 and constant <= 0
+    assert np.mean(randoms) <= 0, np.mean(randoms)
+
+
+def test_scores_are_deterministic_and_parallel_identical(sim_panels):
+    texts = [f"<alpha>{random_formula(s)}</alpha>" for s in range(6)] + ["<alpha>rank(volume)</alpha>"]
+    a = Verifier(sim_panels[0], P).score_group(texts, workers=1)
+    b = Verifier(sim_panels[0], P).score_group(texts, workers=2)
+    for x, y in zip(a, b):
+        assert x.to_json()["channels"] == y.to_json()["channels"]
+        assert x.valid == y.valid and x.reason == y.reason
+        if x.pnl is not None:
+            assert x.pnl.tobytes() == y.pnl.tobytes()

@@ -1,0 +1,122 @@
+"""Worked examples of the verifier issue, one per rule, on the pure channel functions."""
+
+import numpy as np
+import pytest
+
+from alphagym.config import load_params
+from alphagym.dsl.parser import parse
+from alphagym.engine.costs import train_cost_bps
+from alphagym.verifier import channels as ch
+from alphagym.verifier.cpcv import cpcv_statistic, make_slices, masked_sharpes
+
+V = load_params("params.yaml")["verifier"]
+
+
+def test_cpcv_worked_examples():
+    assert cpcv_statistic(np.full(15, 0.8)) == pytest.approx(0.8, abs=1e-12)
+    assert cpcv_statistic(np.array([3.0] * 3 + [-0.2] * 12)) == pytest.approx(-0.20, abs=1e-12)
+
+
+def test_cpcv_slices_purge_and_embargo():
+    s = make_slices(600, blocks=6, test_blocks=2, purge=10, embargo=5)
+    assert s.count == 15
+    assert (s.test.sum(axis=1) == 200).all()
+    first = s.test[0]                     # blocks 0 and 1 = sessions 0..199
+    assert first[:200].all() and not first[200:].any()
+    assert not s.insample[0][:205].any()  # test blocks, then 5 embargoed sessions
+    assert s.insample[0][205:].all()
+    mid = s.insample[np.flatnonzero([t[200] and t[400] for t in s.test])[0]]   # blocks 2 and 4 tested
+    assert not mid[190:200].any() and mid[:190].all()                          # 10 purged before block 2
+    assert not (s.test & s.insample).any()
+
+
+def test_masked_sharpe_matches_direct():
+    rng = np.random.default_rng(0)
+    x = rng.normal(0.001, 0.01, 600)
+    s = make_slices(600)
+    got = masked_sharpes(x, s.test)
+    want = [x[m].mean() / x[m].std() * np.sqrt(252) for m in s.test]
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+    assert masked_sharpes(np.zeros(600), s.test).tolist() == [0.0] * 15       # std 0 -> Sharpe 0
+
+
+def test_costs_default_to_four_bps_per_unit_turnover():
+    assert train_cost_bps(V["costs"]["train"]) == pytest.approx(4.0)
+
+
+def test_factor_neutrality_example():
+    assert ch.factor_neutrality(1.5, 0.3, V["factor_neutrality"]) == pytest.approx(-0.48)
+    assert ch.factor_neutrality(0.5, 0.9, V["factor_neutrality"]) == 0.0
+    assert ch.factor_neutrality(9.0, 0.0, V["factor_neutrality"]) == pytest.approx(-1.2)
+
+
+def test_turnover_channels():
+    assert ch.turnover_penalty(0.4, V["turnover"]) == 0.0
+    assert ch.turnover_penalty(0.8, V["turnover"]) == pytest.approx(-0.6)
+    m = V["min_turnover"]
+    assert ch.min_turnover(0.06, m) == 0.0 and ch.min_turnover(0.2, m) == 0.0
+    assert ch.min_turnover(0.045, m) == pytest.approx(-0.5)
+    assert ch.min_turnover(0.03, m) == -1.0 and ch.min_turnover(0.025, m) == -1.0
+
+
+def test_ic_channel():
+    assert ch.ic_channel(0.05, 1.0, V["ic"]) == pytest.approx(0.2)
+    assert ch.ic_channel(0.5, 1.0, V["ic"]) == pytest.approx(0.2)
+    assert ch.ic_channel(-0.01, 1.0, V["ic"]) == pytest.approx(-0.04)
+    assert ch.ic_channel(0.05, 0.0, V["ic"]) == pytest.approx(0.05)       # at most 0.05 while CPCV <= 0
+
+
+def test_novelty_channels():
+    assert ch.novelty_pnl(0.25, V["novelty_pnl"]) == pytest.approx(0.3)
+    assert ch.novelty_pnl(0.95, V["novelty_pnl"]) == -0.4
+    assert ch.novelty_syntax(0.5, False, 0, V["novelty_syntax"]) == pytest.approx(0.1)
+    assert ch.novelty_syntax(0.5, True, 0, V["novelty_syntax"]) == 0.0
+    assert ch.novelty_syntax(0.5, True, 3, V["novelty_syntax"]) == pytest.approx(-0.9)
+
+
+def test_complexity_and_format():
+    assert ch.complexity(24, V["complexity"]) == 0.0
+    assert ch.complexity(30, V["complexity"]) == pytest.approx(-0.12)
+    assert ch.format_bonus(True, V["format"]) == 0.05 and ch.format_bonus(False, V["format"]) == 0.0
+
+
+def test_pbo_penalty():
+    # answer 0 is first in-sample and last out of sample on every slice: the full floor
+    ins = np.array([[3.0] * 15] + [[1.0 - 0.1 * i] * 15 for i in range(9)])
+    oos = np.array([[-5.0] * 15] + [[1.0] * 15 for _ in range(9)])
+    pen = ch.pbo_penalties(ins, oos, V["pbo"]["floor"])
+    assert pen[0] == pytest.approx(-0.48)
+    assert (pen >= -0.48).all() and (pen <= 0).all()
+    assert ch.pbo_penalties(ins[:1], oos[:1], -0.48).tolist() == [0.0]
+    consistent = ch.pbo_penalties(ins, ins, -0.48)
+    assert (consistent == 0).all()
+
+
+@pytest.mark.parametrize("formula, bare", [
+    ("ts_mean(close, 5)", True), ("rank(ts_std(volume, 20))", True), ("-1 * rank(ts_delta(close, 3))", True),
+    ("sign(scale(-ts_max(open, 9)))", True), ("rank(ts_std(volume, 20) / ts_mean(volume, 20))", False),
+    ("rank(ts_mean(close / open, 5))", False), ("rank(close)", False),
+])
+def test_bare_motif_detection(formula, bare):
+    assert ch.is_bare_motif(parse(formula)) is bare
+
+
+def test_archive_fifo_and_roundtrip(tmp_path):
+    from alphagym.verifier.archive import NoveltyArchive
+
+    rng = np.random.default_rng(0)
+    arch = NoveltyArchive(50, capacity=3)
+    series = [rng.normal(size=50) for _ in range(4)]
+    for i, s in enumerate(series):
+        arch.add(s, f"form{i}", f"book{i}")
+    assert len(arch) == 3 and not arch.seen("form0") and arch.seen("form3")     # the oldest left
+    assert arch.max_abs_corr(series[3]) == pytest.approx(1.0)
+    assert arch.max_abs_corr(series[0]) < 0.9
+    arch.add(np.zeros(50), "flat", "flat")                                       # a flat book is not added
+    assert not arch.seen("flat")
+    arch.save(tmp_path / "a.npz")
+    back = NoveltyArchive.load(tmp_path / "a.npz")
+    assert back.labels == arch.labels and np.array_equal(back.rows, arch.rows)
+    assert back.canonicals == arch.canonicals
+    back.add(series[0], "form0", "again")
+    assert not back.seen("form1") and back.seen("form0")
