@@ -26,6 +26,7 @@ def test_compare_facts_flags_a_gap():
     tol = {"ann_vol_rel": 0.1, "mean_corr_abs": 0.05, "kurtosis_rel": 0.5, "sq_return_acf_abs": 0.1,
            "log_volume_acf_abs": 0.1, "range_over_vol_rel": 0.2}
     real = {"ann_vol": 0.2, "mean_corr": 0.4, "kurtosis": 10, "sq_return_acf": 0.2, "log_volume_acf": 0.7,
+            "log_volume_acf20": 0.3,
             "range_over_vol": 1.1}
     sim = dict(real, ann_vol=0.3)
     rows = {r["fact"]: r for r in compare_facts(real, sim, tol)}

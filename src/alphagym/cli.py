@@ -70,7 +70,7 @@ def cmd_stylized(args: argparse.Namespace) -> int:
 def cmd_compare_facts(args: argparse.Namespace) -> int:
     from alphagym.data.stages import run_compare_facts
 
-    print(run_compare_facts(_params(args), args.from_dir))
+    print(run_compare_facts(_params(args), args.from_dir, plot=args.plot))
     return 0
 
 
@@ -107,6 +107,10 @@ def cmd_score(args: argparse.Namespace) -> int:
     params = _params(args)
     verifier, note = load_verifier(params, args.window)
     card = verifier.score(args.answer if args.answer is not None else args.formula, answer=args.answer is not None)
+    if args.plot and card.valid:
+        from alphagym.report.plots import book_figure
+
+        note = (note + "; " if note else "") + f"figure: {book_figure(card, verifier, args.plot)}"
     if args.json:
         print(card_json(card, note))
     else:
@@ -148,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     subs["dag"].add_argument("--write-dvc", metavar="PATH", help="render dvc.yaml to PATH")
     subs["stylized"].add_argument("panel", help="panel parquet file")
     subs["compare-facts"].add_argument("--from", dest="from_dir", required=True, help="folder of per-ticker CSVs")
+    subs["compare-facts"].add_argument("--plot", help="also write a figure (PNG) of the comparison")
     subs["eval"].add_argument("formula", help="formula text, e.g. 'rank(ts_mean(close, 5))'")
     subs["eval"].add_argument("--panel", help="panel parquet (default: results/panel/train.parquet)")
     subs["eval"].add_argument("--json", action="store_true", help="print JSON")
@@ -156,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     subs["score"].add_argument("--answer", help="a raw model answer (tags, reasoning block and all)")
     subs["score"].add_argument("--window", choices=("train", "holdout"), default="train")
     subs["score"].add_argument("--json", action="store_true", help="print JSON (valid, reason, channels, metrics)")
+    subs["score"].add_argument("--plot", help="write a figure of the book (cumulative P&L, turnover, IC) to PNG")
     subs["alpha101"].add_argument("--panel", help="panel for coverage (default: the train panel if built)")
     subs["alpha101"].add_argument("--json", action="store_true", help="print JSON")
     for extra in EXTRA_COMMANDS:

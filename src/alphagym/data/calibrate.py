@@ -41,7 +41,9 @@ def calibrate(panel: Panel, sim_config: dict[str, Any] | None = None, *, calenda
         return cal
     target = stylized_facts(panel)
     start, end = str(panel.dates[0].date()), str(panel.dates[-1].date())
-    for _ in range(iterations):
+    from tqdm import tqdm
+
+    for _ in tqdm(range(iterations), desc="calibrating (simulate -> measure -> correct)", unit="round"):
         sim = dict(sim_config, calibrated=cal)
         got = simulated_facts(sim, calendar=calendar, start=start, end=end, seeds=range(seed, seed + n_seeds))
         cal["ann_vol_median"] *= target["ann_vol"] / got["ann_vol"]
@@ -49,8 +51,15 @@ def calibrate(panel: Panel, sim_config: dict[str, Any] | None = None, *, calenda
                                             0.02, 0.9))
         cal["range_k"] = max(0.0, cal["range_k"] * target["range_over_vol"] / got["range_over_vol"]
                              + 0.5 * (target["range_over_vol"] - got["range_over_vol"]))
-        cal["log_volume_persistent_sd"] *= float(np.sqrt(max(target["log_volume_acf"], 0.05)
-                                                         / max(got["log_volume_acf"], 0.05)))
+        # fatter tails (lower t degrees of freedom) when the simulated kurtosis falls short, and back
+        ratio = max(got["kurtosis"], 0.5) / max(target["kurtosis"], 0.5)
+        cal["t_df"] = float(np.clip(4.0 + (cal["t_df"] - 4.0) * ratio, 4.2, 30.0))
+        # slow component sets the long-lag autocorrelation, the fast one the lag-1 excess over it
+        cal["log_volume_persistent_sd"] *= float(np.sqrt(max(target["log_volume_acf20"], 0.02)
+                                                         / max(got["log_volume_acf20"], 0.02)))
+        excess_t = max(target["log_volume_acf"] - target["log_volume_acf20"], 0.02)
+        excess_g = max(got["log_volume_acf"] - got["log_volume_acf20"], 0.02)
+        cal["log_volume_fast_sd"] *= float(np.sqrt(excess_t / excess_g))
     return {k: round(float(v), 5) for k, v in cal.items()}
 
 
@@ -122,9 +131,10 @@ def initial_guess(panel: Panel, persistence: float = 0.98, seed: int = 0) -> dic
     xs, ys = absz.ravel(), logv[1:].ravel()
     ok = np.isfinite(xs) & np.isfinite(ys)
     slope = float(np.polyfit(xs[ok], ys[ok], 1)[0])
-    phi = 0.98
-    pers_var = facts["log_volume_acf"] * tot_var / phi
-    noise_var = max(0.01, tot_var - pers_var - slope**2 * 0.36)
+    phi, phi_fast = 0.98, 0.6
+    pers_var = max(facts["log_volume_acf20"], 0.02) * tot_var / phi**20
+    fast_var = max(facts["log_volume_acf"] - facts["log_volume_acf20"], 0.02) * tot_var / phi_fast
+    noise_var = max(0.01, tot_var - pers_var - fast_var - slope**2 * 0.36)
     # range: E[log(H/L)]/sd = sqrt(1-q) * (0.798 + 1.596 k) for Gaussian intraday moves
     k = (facts["range_over_vol"] / np.sqrt(1 - on_share) - 0.798) / 1.596
     dv = np.nanmedian(panel["dollar_volume"], axis=0)
@@ -141,14 +151,16 @@ def initial_guess(panel: Panel, persistence: float = 0.98, seed: int = 0) -> dic
         "garch_beta": round(persistence - best[1], 4),
         "t_df": best[2],
         "overnight_var_share": round(on_share, 4),
-        "jump_prob": 0.006,
-        "jump_scale": 4.0,
+        "jump_prob": 4 / 252,          # earnings-like overnight gaps: about four a year per stock
+        "jump_scale": 3.5,             # in units of the stock's idiosyncratic daily vol
         "range_k": round(float(max(0.0, k)), 4),
         "dollar_volume_median": float(f"{np.median(dv):.3g}"),
         "dollar_volume_log10_spread": round(facts["dollar_volume_log10_spread"], 4),
         "log_volume_ar": phi,
         "log_volume_noise": round(float(np.sqrt(noise_var)), 4),
         "log_volume_persistent_sd": round(float(np.sqrt(pers_var)), 4),
+        "log_volume_fast_ar": phi_fast,
+        "log_volume_fast_sd": round(float(np.sqrt(fast_var)), 4),
         "volume_abs_return_slope": round(slope, 4),
     }
     return {k: float(v) for k, v in out.items()}

@@ -6,8 +6,9 @@ Structure (all documented in the ground-truth file it writes beside the prices):
   the idiosyncratic one, so the mean pairwise correlation rises and the effective dimension falls;
 - an overnight / intraday split of every shock, with rare overnight jumps (earnings-like gaps);
 - high and low drawn outside [min(open, close), max(open, close)] with intraday volatility;
-- dollar volume: a per-stock level (an order of magnitude apart), a persistent AR(1) component, and a
-  response to the day's absolute return;
+- dollar volume: a per-stock level (an order of magnitude apart), a slow and a fast AR(1) component (real
+  volume autocorrelation drops fast over a few days, then decays slowly), and a saturating response to the
+  day's absolute return;
 - planted cross-sectional effects of realistic size (rank IC ~0.01-0.03), time-decaying and regime
   dependent: short-term reversal and a volume-variability premium; and two traps: betas that pay
   only in rising markets, and price levels with no predictive power.
@@ -131,6 +132,8 @@ def simulate_market(sim: dict[str, Any], *, calendar: str, start: str, end: str,
     phi_v = cal["log_volume_ar"]
     persist = np.zeros(n)
     vol_pers_sd = cal["log_volume_persistent_sd"]
+    phi_f, vol_fast_sd = cal["log_volume_fast_ar"], cal["log_volume_fast_sd"]    # a short-memory component
+    fast = np.zeros(n)
     mu_next = np.zeros(n)
     hist_lc = np.full((6, n), np.nan)        # ring buffer of log closes for the 5-day reversal
     hist_v = np.full((vv_window, n), np.nan)  # ring buffer of volumes
@@ -162,8 +165,9 @@ def simulate_market(sim: dict[str, Any], *, calendar: str, start: str, end: str,
         bot = np.minimum(lo_open, log_close) - cal["range_k"] * sd_intra * np.abs(rng.standard_normal(n))
         r_tot = on + intra
         persist = phi_v * persist + np.sqrt(1 - phi_v**2) * vol_pers_sd * rng.standard_normal(n)
+        fast = phi_f * fast + np.sqrt(1 - phi_f**2) * vol_fast_sd * rng.standard_normal(n)
         shock = np.minimum(np.abs(r_tot) / sigma, z_cap)      # volume responds to a move, then saturates
-        log_dv = (dv_level + persist + cal["volume_abs_return_slope"] * (shock - 0.8)
+        log_dv = (dv_level + persist + fast + cal["volume_abs_return_slope"] * (shock - 0.8)
                   + cal["log_volume_noise"] * rng.standard_normal(n))
         opens[t], closes[t], highs[t], lows[t] = np.exp(lo_open), np.exp(log_close), np.exp(top), np.exp(bot)
         volumes[t] = np.maximum(1.0, np.round(np.exp(log_dv) / closes[t]))

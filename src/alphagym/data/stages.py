@@ -86,7 +86,8 @@ def run_calibrate(params: dict[str, Any], folder: str, out: str | None) -> str:
     return text
 
 
-def run_compare_facts(params: dict[str, Any], folder: str, seeds: int = 16, first_seed: int = 100) -> str:
+def run_compare_facts(params: dict[str, Any], folder: str, seeds: int = 16, first_seed: int = 100,
+                      plot: str | None = None) -> str:
     """Simulator (mean over `seeds` seeds the calibration never used) next to the real train window."""
     from alphagym.data.calibrate import simulated_facts
     from alphagym.data.stylized import compare_facts, facts_table
@@ -103,4 +104,14 @@ def run_compare_facts(params: dict[str, Any], folder: str, seeds: int = 16, firs
             f"{int(params['seed']) + 15}).\n\n")
     extra = (f"\n\nDollar-volume spread across stocks (log10 max/min of medians): real "
              f"{real['dollar_volume_log10_spread']:.2f}, simulator {sim['dollar_volume_log10_spread']:.2f}.")
+    if plot:
+        from alphagym.data.calibrate import _quick_panel
+        from alphagym.data.simulator import simulate_market
+        from alphagym.report.plots import stylized_figure
+
+        sim_panel = _quick_panel(simulate_market(params["simulator"], calendar=params["data"]["calendar"],
+                                                 start=str(real_train.dates[0].date()),
+                                                 end=str(real_train.dates[-1].date()), seed=first_seed))
+        stylized_figure(real_train, sim_panel, plot, f"real ({folder}) vs simulator (seed {first_seed})")
+        extra += f"\n\nFigure: {plot}"
     return head + facts_table(rows) + extra

@@ -49,6 +49,7 @@ def stylized_facts(panel: Panel) -> dict[str, float]:
         "kurtosis": kurt,
         "sq_return_acf": _acf(logret[1:] ** 2, (1, 2, 3, 4, 5)),
         "log_volume_acf": _acf(logv, (1,)),
+        "log_volume_acf20": _acf(logv, (20,)),
         "range_over_vol": range_over_vol,
         "dollar_volume_log10_spread": float(np.log10(dv.max() / dv.min())),
     }
@@ -61,6 +62,7 @@ TOLERANCES = {
     "kurtosis": ("kurtosis_rel", True),
     "sq_return_acf": ("sq_return_acf_abs", False),
     "log_volume_acf": ("log_volume_acf_abs", False),
+    "log_volume_acf20": ("log_volume_acf_abs", False),
     "range_over_vol": ("range_over_vol_rel", True),
 }
 

@@ -71,8 +71,10 @@ def download_universe(tickers: list[str], start: str, end: str, cfg: dict[str, A
                 "data.source=csv with data.csv_dir pointing at per-ticker CSV files "
                 "(e.g. ../shared/data/sp500-daily)")
         fetch = yahoo_fetch
+    from tqdm import tqdm
+
     frames = []
-    for ticker in tickers:
+    for ticker in tqdm(tickers, desc="yfinance", unit="ticker", disable=len(tickers) < 2):
         path = cache / f"{ticker}_{start}_{end}.parquet"
         if path.is_file():
             frames.append(pd.read_parquet(path))

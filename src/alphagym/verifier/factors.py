@@ -47,8 +47,8 @@ def factor_returns(panel: Panel, fwd: np.ndarray, cfg: dict[str, Any], min_valid
     return np.column_stack(cols)
 
 
-def residual_sharpe_gap(pnl: np.ndarray, factors: np.ndarray) -> tuple[float, float, np.ndarray]:
-    """(raw Sharpe, residual Sharpe, factor betas) after OLS of daily P&L on the factor returns.
+def residual_sharpe_gap(pnl: np.ndarray, factors: np.ndarray) -> tuple[float, float, np.ndarray, float]:
+    """(raw Sharpe, residual Sharpe, factor betas, R^2) after OLS of daily P&L on the factor returns.
 
     The residual (intercept + error) is measured in units of the raw book's volatility, so raw - residual
     is exactly the Sharpe explained by factor exposure (sum_k beta_k * mean f_k / sd(pnl)). Dividing by the
@@ -56,9 +56,10 @@ def residual_sharpe_gap(pnl: np.ndarray, factors: np.ndarray) -> tuple[float, fl
     """
     sd = float(pnl.std())
     if sd == 0:
-        return 0.0, 0.0, np.zeros(factors.shape[1])
+        return 0.0, 0.0, np.zeros(factors.shape[1]), 0.0
     x = np.column_stack([np.ones(len(pnl)), factors])
     coef, *_ = np.linalg.lstsq(x, pnl, rcond=None)
     residual = pnl - factors @ coef[1:]
     ann = np.sqrt(252.0)
-    return float(pnl.mean() / sd * ann), float(residual.mean() / sd * ann), coef[1:]
+    r2 = 1.0 - float(np.var(pnl - x @ coef)) / float(np.var(pnl))
+    return float(pnl.mean() / sd * ann), float(residual.mean() / sd * ann), coef[1:], r2

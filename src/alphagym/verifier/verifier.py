@@ -166,8 +166,8 @@ class Verifier:
         cpcv = cpcv_statistic(test_sr, c["std_penalty"])
         card.pnl, card.test_sharpes, card.insample_sharpes = net, test_sr, in_sr
         ic = float(np.nanmean(ic_series)) if np.isfinite(ic_series).any() else 0.0
-        raw_sr, resid_sr, betas = residual_sharpe_gap(net, self.factors)
-        metrics.update(cpcv=cpcv, residual_sharpe=resid_sr,
+        raw_sr, resid_sr, betas, r2 = residual_sharpe_gap(net, self.factors)
+        metrics.update(cpcv=cpcv, residual_sharpe=resid_sr, factor_r2=r2,
                        **{f"factor_beta_{n}": float(b) for n, b in zip(
                            ("market", "size", "momentum", "reversal", "low_volatility"), betas)})
         chans = card.channels
