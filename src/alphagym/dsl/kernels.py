@@ -185,9 +185,42 @@ def ts_weighted(x, d, kind):
     return out
 
 
+SCAN_MAX_WINDOW = 14      # below this a plain scan beats the deque (measured: 0.39 vs 0.95 ms at d = 5)
+
+
 @njit(cache=True, parallel=True)
+def _ts_extreme_scan(x, d, kind):
+    t_len, n = x.shape
+    out = np.full((t_len, n), NAN)
+    is_max = kind == K_MAX or kind == K_ARGMAX
+    for j in prange(n):
+        nan_cnt = 0
+        for t in range(t_len):
+            if np.isnan(x[t, j]):
+                nan_cnt += 1
+            if t >= d and np.isnan(x[t - d, j]):
+                nan_cnt -= 1
+            if t < d - 1 or nan_cnt > 0:
+                continue
+            best = x[t - d + 1, j]
+            where = t - d + 1
+            for k in range(t - d + 2, t + 1):
+                v = x[k, j]
+                if (v >= best) if is_max else (v <= best):      # >=: ties go to the most recent
+                    best = v
+                    where = k
+            out[t, j] = best if (kind == K_MAX or kind == K_MIN) else t - where
+    return out
+
+
 def ts_extreme(x, d, kind):
-    """Rolling max/min and sessions since it (0 = today, ties to the most recent) via monotonic deques."""
+    """Rolling max/min and sessions since it (0 = today, ties to the most recent): a plain scan for short
+    windows, monotonic deques (O(1) per cell) for long ones. Both give identical results."""
+    return _ts_extreme_scan(x, d, kind) if d <= SCAN_MAX_WINDOW else _ts_extreme_deque(x, d, kind)
+
+
+@njit(cache=True, parallel=True)
+def _ts_extreme_deque(x, d, kind):
     t_len, n = x.shape
     out = np.full((t_len, n), NAN)
     is_max = kind == K_MAX or kind == K_ARGMAX
@@ -278,25 +311,46 @@ def ts_window_scan(x, d, kind):
 
 @njit(cache=True, parallel=True)
 def cs_rank(x):
-    """Per row over non-NaN values: (average rank - 1) / (n - 1) in [0, 1]; a lone value gets 0.5."""
+    """Per row over non-NaN values: (average rank - 1) / (n - 1) in [0, 1]; a lone value gets 0.5.
+
+    First pass counts only values strictly below (one comparison per pair); without ties those counts are
+    a permutation of 0..n-1 and sum to n(n-1)/2. Only rows where the sum falls short have ties and get the
+    second pass that also counts equal values.
+    """
     t_len, n = x.shape
     out = np.full((t_len, n), NAN)
+    less = np.zeros((t_len, n), np.int64)
     for t in prange(t_len):
         cnt = 0
         for i in range(n):
             cnt += not np.isnan(x[t, i])
+        if cnt == 0:
+            continue
+        if cnt == 1:
+            for i in range(n):
+                if not np.isnan(x[t, i]):
+                    out[t, i] = 0.5
+            continue
+        total = 0
+        for i in range(n):
+            v = x[t, i]
+            c = 0
+            for k in range(n):
+                c += x[t, k] < v          # NaN compares false on either side
+            less[t, i] = c
+            if not np.isnan(v):
+                total += c
+        if total == cnt * (cnt - 1) // 2:
+            for i in range(n):
+                if not np.isnan(x[t, i]):
+                    out[t, i] = less[t, i] / (cnt - 1)
+            continue
         for i in range(n):
             v = x[t, i]
             if np.isnan(v):
                 continue
-            if cnt == 1:
-                out[t, i] = 0.5
-                continue
-            less = 0
             equal = 0
             for k in range(n):
-                w = x[t, k]
-                less += w < v
-                equal += w == v
-            out[t, i] = (less + (equal - 1) / 2.0) / (cnt - 1)
+                equal += x[t, k] == v
+            out[t, i] = (less[t, i] + (equal - 1) / 2.0) / (cnt - 1)
     return out

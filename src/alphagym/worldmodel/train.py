@@ -142,7 +142,7 @@ def train_world_model(panel: Panel, cfg: dict[str, Any], seed: int,
             opt.step()
             model.update_target(float(cfg["ema"]))
             for k, v in losses.items():
-                sums[k] = sums.get(k, 0.0) + float(v) * len(idx)
+                sums[k] = sums.get(k, 0.0) + float(v.detach()) * len(idx)
         model.eval()
         with torch.no_grad():
             xv, yv, gv = (torch.from_numpy(a[val_idx]) for a in (data.x, data.y, gz))
