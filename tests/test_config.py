@@ -32,3 +32,13 @@ def test_bad_overrides_are_named(root, item, message):
 def test_missing_params_file(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
         load_params(tmp_path / "nope.yaml")
+
+
+def test_exponent_floats_are_floats(root, tmp_path):
+    p = load_params(root / "params.yaml", ["verifier.costs.holdout.book_usd=1e6", "worldmodel.lr=3.0e-4"])
+    assert p["verifier"]["costs"]["holdout"]["book_usd"] == 1e6
+    assert p["worldmodel"]["lr"] == 3e-4
+    base = load_params(root / "params.yaml")
+    assert isinstance(base["worldmodel"]["lr"], float) and isinstance(base["worldmodel"]["weight_decay"], float)
+    assert isinstance(base["verifier"]["costs"]["holdout"]["book_usd"], float)
+    assert load_params(root / "params.yaml", ["data.start=2012-06-29"])["data"]["start"] != 2012.0

@@ -6,6 +6,7 @@ One loader for the CLI, Snakemake and the tests, so that all three see the same 
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,26 @@ import yaml
 from alphagym.errors import ConfigError
 
 DEFAULT_PARAMS = Path("params.yaml")
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 floats: PyYAML (YAML 1.1) reads `1e6` or `1.0e6` as a string, while DVC's
+    parser reads a float; this loader reads a float too, so a user's edit cannot silently become text."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                   |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                   |\.[0-9_]+(?:[eE][-+][0-9]+)?
+                   |[-+]?\.(?:inf|Inf|INF)
+                   |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."),
+)
+
+
+def yaml_load(text: str):
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader subclass
 
 
 def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -37,7 +58,7 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     if not parts:
         raise ConfigError(f"override {item!r} has an empty key")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = yaml_load(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
         raise ConfigError(f"override {item!r}: value is not valid YAML: {exc}") from exc
     return parts, value
@@ -72,7 +93,7 @@ def load_params(path: str | Path = DEFAULT_PARAMS, overrides: Iterable[str] = ()
     if not path.is_file():
         raise ConfigError(f"parameters file {str(path)!r} not found")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(raw, dict):
