@@ -23,3 +23,4 @@ rule all:
 
 include: "workflow/rules/data.smk"
 include: "workflow/rules/verifier.smk"
+include: "workflow/rules/worldmodel.smk"

@@ -163,6 +163,12 @@ def test_dvc_repro_push_pull_gives_identical_bytes(root, tmp_path):
     outs = [o for s in yaml.safe_load((repo / "dvc.yaml").read_text())["stages"].values() for o in s["outs"]]
     assert outs
     for out in outs:
-        assert (clone / out).read_bytes() == (repo / out).read_bytes(), out
+        if (repo / out).is_dir():
+            files = sorted(f.relative_to(repo) for f in (repo / out).rglob("*") if f.is_file())
+            assert files and files == sorted(f.relative_to(clone) for f in (clone / out).rglob("*") if f.is_file())
+            for f in files:
+                assert (clone / f).read_bytes() == (repo / f).read_bytes(), f
+        else:
+            assert (clone / out).read_bytes() == (repo / out).read_bytes(), out
     status = run(str(BIN / "dvc"), "status", cwd=clone).stdout
     assert "up to date" in status.lower() or status.strip() == "", status

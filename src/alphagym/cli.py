@@ -99,6 +99,15 @@ def cmd_archive(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_world_model(args: argparse.Namespace) -> int:
+    from alphagym.worldmodel.stage import run_world_model
+
+    report = run_world_model(_params(args))
+    print(json.dumps({"pass": report["pass"], "kept_channels": report["kept_channels"],
+                      "prediction": report["prediction"]["pass"]}, indent=1))
+    return 0
+
+
 def cmd_score(args: argparse.Namespace) -> int:
     from alphagym.verifier.tools import card_json, load_verifier, print_card
 
@@ -131,6 +140,7 @@ COMMANDS: list[tuple[str, str, Callable[[argparse.Namespace], int]]] = [
     ("dag", "tool: show the stage table, or write dvc.yaml from it", cmd_dag),
     ("stylized", "tool: stylized facts of a panel file", cmd_stylized),
     ("archive", "stage: seed the novelty archive with the Alpha101 books on the train panel", cmd_archive),
+    ("world-model", "stage: train the JEPA world model, write stress worlds and the gate report", cmd_world_model),
     ("score", "tool: score a formula (or a raw model answer) with the verifier's 12 channels", cmd_score),
     ("eval", "tool: parse and evaluate one formula on a panel", cmd_eval),
     ("alpha101", "tool: Kakushadze's 101 alphas: paper text, parse status, canonical form", cmd_alpha101),

@@ -46,6 +46,10 @@ def stage_table(params: dict[str, Any]) -> dict[str, Stage]:
         Stage("archive", "alphagym archive" + suffix, {"train": f"{r}/panel/train.parquet"},
               {"archive": f"{r}/verifier/archive.npz"}, ("dsl", "verifier"),
               ("src/alphagym/verifier", "src/alphagym/engine", "src/alphagym/dsl")),
+        Stage("world_model", "alphagym world-model" + suffix, {"train": f"{r}/panel/train.parquet"},
+              {"model": f"{r}/world_model/model.pt", "worlds": f"{r}/world_model/worlds",
+               "gates": f"{r}/world_model/gates.json"}, ("seed", "worldmodel", "stylized_tolerance"),
+              ("src/alphagym/worldmodel",), (f"{r}/world_model/gates.json",)),
     ]
     return {s.name: s for s in stages}
 

@@ -5,7 +5,8 @@ masked cells zeroed and flagged), runs a transformer over time per stock, pools 
 and mixes stocks with a transformer over the stock axis: one latent per stock. The predictor maps the
 context latents of a window to the latents the target encoder gives the *next* window; the geometry head
 reads the pooled prediction and predicts the next window's correlation geometry; the decoder maps
-latents back to a full window of features (so shifted latents can be decoded into stress markets).
+latents back to a full window of features as a mean and a scale per cell (Gaussian likelihood), so shifted
+latents can be decoded into stress markets that keep the data's own standardised residuals.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ class WorldModel(nn.Module):
             p.requires_grad_(False)
         self.predictor = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
         self.geometry = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, n_geometry))
-        self.decoder = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, w * n_features))
+        # location-scale decoder: a mean and a log-scale per stock, day and feature
+        self.decoder = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, 2 * w * n_features))
         self.stock_bias = nn.Parameter(torch.zeros(1, n_stocks, d))
 
     @torch.no_grad()
@@ -63,14 +65,18 @@ class WorldModel(nn.Module):
     def encode(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         return self.context(x, mask) + self.stock_bias
 
-    def decode(self, z: torch.Tensor) -> torch.Tensor:
+    def decode(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean, log-scale), each (batch, stocks, days, features)."""
         b, n, _ = z.shape
-        return self.decoder(z).reshape(b, n, self.window, self.n_features)
+        out = self.decoder(z).reshape(b, n, self.window, 2, self.n_features)
+        return out[..., 0, :], out[..., 1, :].clamp(-5.0, 3.0)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
         z = self.encode(x, mask)
         pred = self.predictor(z)
-        return {"latent": z, "pred": pred, "geometry": self.geometry(pred.mean(dim=1)), "recon": self.decode(z)}
+        mean, log_scale = self.decode(z)
+        return {"latent": z, "pred": pred, "geometry": self.geometry(pred.mean(dim=1)), "recon": mean,
+                "log_scale": log_scale}
 
 
 def span_mask(shape: tuple[int, int, int], share: float, span: int, gen: torch.Generator) -> torch.Tensor:

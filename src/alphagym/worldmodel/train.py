@@ -75,7 +75,7 @@ def _losses(model: WorldModel, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor
         target = F.layer_norm(model.target(y), (out["pred"].shape[-1],))
     jepa = F.smooth_l1_loss(F.layer_norm(out["pred"], (out["pred"].shape[-1],)), target)
     geom = F.mse_loss(out["geometry"], g)
-    recon = F.mse_loss(out["recon"], x)
+    recon = F.gaussian_nll_loss(out["recon"], x, torch.exp(2 * out["log_scale"]))
     total = jepa + cfg["geometry_weight"] * geom + cfg["decoder_weight"] * recon
     return {"total": total, "jepa": jepa, "geometry": geom, "recon": recon}
 

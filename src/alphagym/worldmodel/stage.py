@@ -1,0 +1,100 @@
+"""The `world-model` stage: train on the train panel, find the stress directions, write the five worlds
+and a gate report. Reads only results/panel/train.parquet.
+
+Gates (all in the report; the stage fails loudly when one fails and `verifier.jepa_stress.enabled` is on):
+- prediction: the model beats persistence and the training-mean window on the validation slice, for the
+  next window's latents and for its correlation geometry;
+- directions: each world moves its statistic the intended way by at least `min_move_sd` sds;
+- facts: each world keeps the train panel's stylized facts within `stylized_tolerance`, apart from the facts
+  its channel moves on purpose (`worldmodel.facts_moved`);
+- auc: not computed yet (which channel's penalty predicts later degradation); reported as missing.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from alphagym.config import results_dir
+from alphagym.data.panel import Panel
+from alphagym.data.stylized import compare_facts, stylized_facts
+from alphagym.errors import AlphagymError
+from alphagym.tracking import stage_run
+from alphagym.worldmodel.train import train_world_model
+from alphagym.worldmodel.worlds import CHANNELS, DIRECTION, STATISTIC, WorldGenerator, panel_statistics
+
+
+class GateError(AlphagymError):
+    """A world-model quality gate failed while the stress channel is switched on."""
+
+
+def world_paths(params: dict[str, Any]) -> dict[str, Path]:
+    root = results_dir(params) / "world_model"
+    return {"model": root / "model.pt", "gates": root / "gates.json", "worlds": root / "worlds"}
+
+
+def prediction_gate(validation: dict[str, float]) -> dict[str, Any]:
+    latent = validation["jepa_model"] < min(validation["jepa_persistence"], validation["jepa_window_mean"])
+    geom = validation["geometry_model"] < min(validation["geometry_persistence"], validation["geometry_window_mean"])
+    return {"pass": bool(latent and geom), "latent_beats_baselines": bool(latent),
+            "geometry_beats_baselines": bool(geom), **{k: round(v, 6) for k, v in validation.items()}}
+
+
+def direction_gate(base: dict[str, float], moved: dict[str, float], sd: float, channel: str,
+                   min_move_sd: float) -> dict[str, Any]:
+    key = STATISTIC[channel]
+    change = (moved[key] - base[key]) / (sd or 1.0)
+    wanted = -np.sign(base[key]) if channel == "trend_flip" else DIRECTION[channel]
+    return {"statistic": key, "change_sd": round(float(change), 4), "pass": bool(change * wanted >= min_move_sd)}
+
+
+def run_world_model(params: dict[str, Any]) -> dict[str, Any]:
+    cfg = params["worldmodel"]
+    paths = world_paths(params)
+    train = Panel.read_parquet(results_dir(params) / "panel" / "train.parquet")
+    with stage_run("world_model", params) as run:
+        result = train_world_model(train, cfg, int(params["seed"]),
+                                   log=lambda row, epoch: run.log_metrics(row, step=epoch))
+        gen = WorldGenerator(result.model, result.scaler, float(cfg["probe_ridge"])).fit(train)
+        paths["worlds"].mkdir(parents=True, exist_ok=True)
+        base_world = gen.generate(train, "volatility", 0.0)
+        base_stats = panel_statistics(base_world, int(cfg["window"]))
+        base_facts = stylized_facts(base_world)
+        report: dict[str, Any] = {"prediction": prediction_gate(result.validation), "channels": {},
+                                  "probe_r2": gen.probe_r2, "best_epoch": result.best_epoch,
+                                  "auc": {"pass": None, "note": "not computed yet: channel AUCs are future work"}}
+        for ch in CHANNELS:
+            world = gen.generate(train, ch, float(cfg["stress_magnitude"]))
+            world.write_parquet(paths["worlds"] / f"{ch}.parquet")
+            moved = panel_statistics(world, int(cfg["window"]))
+            facts = compare_facts(base_facts, stylized_facts(world), params["stylized_tolerance"])
+            exempt = set(cfg["facts_moved"].get(ch, []))
+            facts_ok = all(r["ok"] for r in facts if r["fact"] not in exempt)
+            sd = gen.stat_sd[ch] if ch != "trend_flip" else gen.stat_sd["trend_flip"]
+            report["channels"][ch] = {
+                "direction": direction_gate(base_stats, moved, sd, ch, float(cfg["min_move_sd"])),
+                "facts": {"pass": facts_ok, "exempt": sorted(exempt),
+                          "rows": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in r.items()}
+                                   for r in facts]}}
+        kept = [c for c, r in report["channels"].items() if r["direction"]["pass"] and r["facts"]["pass"]]
+        report["kept_channels"] = kept
+        report["pass"] = bool(report["prediction"]["pass"] and len(kept) == len(CHANNELS))
+        torch.save({"state_dict": result.model.state_dict(), "config": cfg, "scaler_mean": result.scaler.mean,
+                    "scaler_std": result.scaler.std, "history": result.history}, paths["model"])
+        paths["gates"].write_text(json.dumps(report, indent=1))
+        run.log_metrics({"gates_pass": float(report["pass"]), "kept_channels": len(kept),
+                         **{f"val_{k}": v for k, v in result.validation.items()}})
+        run.log_artifact(paths["gates"])
+    if not report["pass"]:
+        failed = [] if report["prediction"]["pass"] else ["prediction"]
+        failed += [c for c in CHANNELS if c not in kept]
+        message = f"world-model gates failed: {failed} (report: {paths['gates']})"
+        if params["verifier"]["jepa_stress"]["enabled"]:
+            raise GateError(message + "; switch verifier.jepa_stress.enabled off to run without R3")
+        warnings.warn(message + "; R3 stays off (verifier.jepa_stress.enabled is false)", stacklevel=1)
+    return report

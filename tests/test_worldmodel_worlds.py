@@ -1,0 +1,72 @@
+"""Stress-world mechanics: probes, the identity world, complete panels; and the stage's gate logic."""
+
+import numpy as np
+import pytest
+
+from alphagym.worldmodel.stage import direction_gate, prediction_gate
+from alphagym.worldmodel.train import train_world_model
+from alphagym.worldmodel.worlds import CHANNELS, WorldGenerator, panel_statistics, window_statistics
+
+CFG = {"window": 16, "stride": 8, "mask_share": 0.25, "mask_span": 4, "d_model": 16, "heads": 2, "time_layers": 1,
+       "stock_layers": 1, "ema": 0.9, "geometry_weight": 0.1, "decoder_weight": 1.0, "batch_size": 8, "lr": 3e-3,
+       "weight_decay": 0.0, "max_epochs": 3, "patience": 10, "val_share": 0.2, "threads": 1}
+
+
+@pytest.fixture(scope="module")
+def generator(sim_panels):
+    p = sim_panels[0].slice_days(0, 400)
+    r = train_world_model(p, CFG, seed=1, progress=False)
+    return p, WorldGenerator(r.model, r.scaler).fit(p)
+
+
+def test_unshifted_world_reproduces_the_panel(generator):
+    p, g = generator
+    w = g.generate(p, "volatility", 0.0)
+    np.testing.assert_allclose(w["close"], p["close"][1:], rtol=1e-5)
+    np.testing.assert_allclose(w["volume"], p["volume"][1:], rtol=1e-4)
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_shifted_worlds_are_complete_valid_panels(generator, channel):
+    p, g = generator
+    w = g.generate(p, channel, 2.0)
+    assert w.shape == (p.shape[0] - 1, p.shape[1])
+    for k in ("open", "high", "low", "close", "volume"):
+        assert np.isfinite(w[k]).all() and (w[k] > 0).all()
+    assert (w["high"] >= np.maximum(w["open"], w["close"])).all()
+    assert (np.minimum(w["open"], w["close"]) >= w["low"]).all()
+    assert not np.allclose(w["close"], p["close"][1:])                 # the shift changed the market
+
+
+def test_probes_fit_in_sample(generator):
+    _, g = generator
+    assert set(g.probe_r2) == set(CHANNELS)
+    assert all(0.0 <= r2 <= 1.0 + 1e-9 for r2 in g.probe_r2.values())
+
+
+def test_window_statistics_on_known_cases():
+    rng = np.random.default_rng(0)
+    common = rng.normal(0, 0.01, (64, 1))
+    s_hi = window_statistics(common + rng.normal(0, 0.002, (64, 10)))
+    s_lo = window_statistics(rng.normal(0, 0.01, (64, 10)))
+    assert s_hi["correlation"] > 0.8 > 0.2 > s_lo["correlation"]
+    crash = np.zeros((64, 10))
+    crash[30:35] = -0.05
+    assert window_statistics(crash)["crash"] == pytest.approx(-0.25)
+    assert window_statistics(crash)["trend"] == pytest.approx(-0.25)
+
+
+def test_gate_logic():
+    val = {"jepa_model": 0.1, "jepa_persistence": 0.2, "jepa_window_mean": 0.15, "geometry_model": 0.5,
+           "geometry_persistence": 1.0, "geometry_window_mean": 0.6}
+    assert prediction_gate(val)["pass"]
+    assert not prediction_gate(dict(val, jepa_model=0.16))["pass"]
+    base = {"volatility": 0.010, "trend": 0.02}
+    assert direction_gate(base, {"volatility": 0.012, "trend": 0.02}, 0.001, "volatility", 0.1)["pass"]
+    assert not direction_gate(base, {"volatility": 0.009, "trend": 0.02}, 0.001, "volatility", 0.1)["pass"]
+    assert direction_gate(base, {"volatility": 0.01, "trend": -0.01}, 0.01, "trend_flip", 0.1)["pass"]
+
+
+def test_panel_statistics_average_windows(sim_panels):
+    s = panel_statistics(sim_panels[0].slice_days(0, 300), 32)
+    assert set(s) == {"dispersion", "trend", "correlation", "volatility", "crash"}
