@@ -70,3 +70,53 @@ def test_gate_logic():
 def test_panel_statistics_average_windows(sim_panels):
     s = panel_statistics(sim_panels[0].slice_days(0, 300), 32)
     assert set(s) == {"dispersion", "trend", "correlation", "volatility", "crash"}
+
+
+def test_auc_definition():
+    from alphagym.worldmodel.auc import auc
+
+    labels = np.array([True, True, False, False])
+    assert auc(np.array([3.0, 2.0, 1.0, 0.0]), labels) == 1.0
+    assert auc(np.array([0.0, 1.0, 2.0, 3.0]), labels) == 0.0
+    assert auc(np.array([1.0, 1.0, 1.0, 1.0]), labels) == 0.5
+    assert np.isnan(auc(np.array([1.0, 2.0]), np.array([True, True])))
+
+
+def test_channel_aucs_run_on_worlds(generator):
+    from alphagym.config import load_params
+    from alphagym.worldmodel.auc import channel_aucs
+
+    p, g = generator
+    worlds = {c: g.generate(p, c, 2.0) for c in ("volatility", "crash")}
+    out = channel_aucs(p, worlds, ["rank(volume)", "rank(-ts_delta(close, 3))", "rank(ts_std(volume, 10))",
+                                   "rank(high - low)", "close"], 300, load_params("params.yaml"), 0.5)
+    assert out["formulas"] == 5 and set(out) >= {"volatility", "crash"}
+    assert all(np.isnan(out[c]) or 0.0 <= out[c] <= 1.0 for c in ("volatility", "crash"))
+
+
+def test_r3_in_the_verifier(generator):
+    from alphagym.config import load_params
+    from alphagym.verifier.stress import stress_channel
+    from alphagym.verifier.verifier import Verifier
+
+    p, g = generator
+    params = load_params("params.yaml")
+    same = {"identity": g.generate(p, "volatility", 0.0)}           # a world equal to the market
+    v0 = Verifier(p, params)
+    v1 = Verifier(p, params, stress_worlds=same)
+    v2 = Verifier(p, params, stress_worlds={"vol": g.generate(p, "volatility", 3.0),
+                                            "crash": g.generate(p, "crash", 3.0)})
+    f = "rank(ts_std(volume, 10) / ts_mean(volume, 10))"
+    assert "jepa_stress" in v0.score(f).skipped and v0.score(f).channels["jepa_stress"] == 0.0
+    c1 = v1.score(f)
+    from alphagym.dsl.parser import parse
+    from alphagym.verifier.stress import BookScorer
+
+    same_days = BookScorer(p.slice_days(1, p.shape[0]), params).cpcv(parse(f))   # the world starts a day later
+    assert c1.metrics["cpcv_world_identity"] == pytest.approx(same_days, abs=1e-3)
+    c2 = v2.score(f)
+    want = stress_channel(c2.channels["cpcv"], [c2.metrics["cpcv_world_vol"], c2.metrics["cpcv_world_crash"]], 0.4)
+    assert c2.channels["jepa_stress"] == want and -1.0 <= want <= 0.0
+    assert stress_channel(1.0, [1.5, 2.0], 0.4) == 0.0
+    assert stress_channel(1.0, [-100.0], 0.4) == -1.0
+    assert stress_channel(1.0, [0.0], 0.4) == pytest.approx(-0.4 * np.log(2.0))

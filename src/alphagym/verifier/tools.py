@@ -53,10 +53,16 @@ def load_verifier(params: dict[str, Any], window: str) -> tuple[Verifier, str | 
     panel = Panel.read_parquet(panel_path(params, window))
     if window == "holdout":
         return Verifier(panel, params, window="holdout"), None
+    worlds = {}
+    if params["verifier"]["jepa_stress"]["enabled"]:
+        from alphagym.verifier.stress import load_kept_worlds
+
+        root = results_dir(params) / "world_model"
+        worlds = load_kept_worlds(root / "gates.json", root / "worlds")
     path = archive_path(params)
     if path.is_file():
-        return Verifier(panel, params, NoveltyArchive.load(path)), None
-    verifier = Verifier(panel, params)
+        return Verifier(panel, params, NoveltyArchive.load(path), stress_worlds=worlds), None
+    verifier = Verifier(panel, params, stress_worlds=worlds)
     seed_archive(verifier, params, progress=False)
     return verifier, f"{path} not found: seeded the novelty archive with Alpha101 in memory (run `alphagym archive`)"
 

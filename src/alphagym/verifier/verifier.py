@@ -35,6 +35,7 @@ from alphagym.verifier import channels as ch
 from alphagym.verifier.archive import NoveltyArchive
 from alphagym.verifier.cpcv import cpcv_statistic, make_slices, masked_sharpes
 from alphagym.verifier.factors import factor_returns, residual_sharpe_gap
+from alphagym.verifier.stress import BookScorer, stress_channel
 
 
 @dataclass
@@ -74,7 +75,7 @@ def _zero_channels() -> dict[str, float]:
 
 class Verifier:
     def __init__(self, panel: Panel, params: dict[str, Any], archive: NoveltyArchive | None = None,
-                 window: str = "train") -> None:
+                 window: str = "train", stress_worlds: dict[str, Panel] | None = None) -> None:
         if window not in ("train", "holdout"):
             raise ValueError(f"window must be 'train' or 'holdout', got {window!r}")
         self.params, self.cfg, self.window = params, params["verifier"], window
@@ -98,7 +99,10 @@ class Verifier:
         self.archive = archive if archive is not None else NoveltyArchive(n, self.cfg["novelty_pnl"]["capacity"])
         if window == "train" and self.archive.length != n:
             raise ValueError(f"archive holds P&L of length {self.archive.length}, this panel gives {n}")
-        self.stress = None       # R3 plugs in here once the world-model stage exists
+        # R3: one scorer per kept stress world (train window only)
+        self.stress = ({name: BookScorer(p, params) for name, p in stress_worlds.items()}
+                       if stress_worlds and window == "train" else None)
+        self.stress_worlds = stress_worlds or {}
 
     # --- single answer ---
     def book(self, signal: np.ndarray) -> Book:
@@ -188,8 +192,13 @@ class Verifier:
                                                                "slope": self.cfg["holdout"]["turnover_slope"]})
             clip = self.cfg["holdout"]["clip"]
             metrics["holdout_score"] = float(np.clip(cpcv + turnover_pen, -clip, clip))
-        if self.stress is None:
-            card.skipped["jepa_stress"] = "no stress worlds yet (world-model stage not built); channel is 0"
+        if self.stress:
+            world_cpcv = {name: sc.cpcv(ast) for name, sc in self.stress.items()}
+            chans["jepa_stress"] = stress_channel(cpcv, list(world_cpcv.values()), self.cfg["jepa_stress"]["scale"])
+            metrics.update({f"cpcv_world_{k}": v for k, v in world_cpcv.items()})
+        else:
+            card.skipped["jepa_stress"] = ("off: verifier.jepa_stress.enabled is false, or the world-model gates "
+                                           "kept no world (results/world_model/gates.json); channel is 0")
         chans["complexity"] = ch.complexity(card.nodes, self.cfg["complexity"])
         chans["format"] = ch.format_bonus(reasoning, self.cfg["format"])
         card.motif = ch.motif_guard_applies(ast, fields_used(ast), ic, self.cfg["motif_guard"])
@@ -215,7 +224,7 @@ class Verifier:
             # spawn, not fork: numba's OpenMP pool does not survive a fork. Each worker builds its own
             # Verifier once from the same inputs, so its results are identical to the serial path.
             ctx = multiprocessing.get_context("spawn")
-            init = (self.panel, self.params, self.archive, self.window)
+            init = (self.panel, self.params, self.archive, self.window, self.stress_worlds)
             with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
                                      initargs=init) as pool:
                 cards = list(pool.map(_score_in_worker, texts, [answer] * len(texts)))
@@ -243,12 +252,13 @@ class Verifier:
 _WORKER_VERIFIER: Verifier | None = None
 
 
-def _init_worker(panel: Panel, params: dict[str, Any], archive: NoveltyArchive, window: str) -> None:
+def _init_worker(panel: Panel, params: dict[str, Any], archive: NoveltyArchive, window: str,
+                 stress_worlds: dict[str, Panel]) -> None:
     import numba
 
     numba.set_num_threads(1)          # one process per core: no oversubscription
     global _WORKER_VERIFIER
-    _WORKER_VERIFIER = Verifier(panel, params, archive, window)
+    _WORKER_VERIFIER = Verifier(panel, params, archive, window, stress_worlds)
 
 
 def _score_in_worker(text: str, answer: bool) -> ScoreCard:

@@ -65,6 +65,8 @@ def features_to_panel(raw: np.ndarray, start_close: np.ndarray, start_volume: np
     fields["returns"] = close / prev_close - 1.0
     fields["vwap"] = (high + low + close) / 3.0
     fields["dollar_volume"] = close * volume
-    oo = np.vstack([np.full((1, opn.shape[1]), np.nan), opn[1:] / opn[:-1] - 1.0])
-    fields["market_return"] = np.repeat(np.nanmean(oo, axis=1, keepdims=True), opn.shape[1], axis=1)
+    oo = np.vstack([np.zeros((1, opn.shape[1])), opn[1:] / opn[:-1] - 1.0])
+    market = oo.mean(axis=1, keepdims=True)
+    market[0] = np.nan                     # no previous open on the first decoded day
+    fields["market_return"] = np.repeat(market, opn.shape[1], axis=1)
     return Panel(template.dates, template.tickers, template.sectors, fields, np.zeros(len(template.dates), bool))

@@ -7,7 +7,9 @@ Gates (all in the report; the stage fails loudly when one fails and `verifier.je
 - directions: each world moves its statistic the intended way by at least `min_move_sd` sds;
 - facts: each world keeps the train panel's stylized facts within `stylized_tolerance`, apart from the facts
   its channel moves on purpose (`worldmodel.facts_moved`);
-- auc: not computed yet (which channel's penalty predicts later degradation); reported as missing.
+- auc: each channel's penalty (CPCV drop in its world) must rank formulas that degrade from the early part of
+  the train window to the late validation part above those that hold up (AUC >= `auc_min`), over the usable
+  Alpha101 and `auc_random_formulas` random formulas; channels below are dropped.
 """
 
 from __future__ import annotations
@@ -53,6 +55,21 @@ def direction_gate(base: dict[str, float], moved: dict[str, float], sd: float, c
     return {"statistic": key, "change_sd": round(float(change), 4), "pass": bool(change * wanted >= min_move_sd)}
 
 
+def _auc_gate(train: Panel, world_dir: Path, params: dict[str, Any], result: Any) -> dict[str, Any]:
+    """Channel AUCs on the early part (training windows) vs the late part (the validation slice)."""
+    from alphagym.dsl.alpha101 import alpha101
+    from alphagym.dsl.evaluate import DSL_FIELDS
+    from alphagym.dsl.random_formula import random_formula
+    from alphagym.worldmodel.auc import channel_aucs
+
+    cfg = params["worldmodel"]
+    formulas = [a.text for a in alpha101(panel_fields=frozenset(DSL_FIELDS)) if a.usable]
+    formulas += [random_formula(10_000 + i) for i in range(int(cfg["auc_random_formulas"]))]
+    split = int(train.shape[0] * (1 - float(cfg["val_share"])))
+    worlds = {c: Panel.read_parquet(world_dir / f"{c}.parquet") for c in CHANNELS}
+    return channel_aucs(train, worlds, formulas, split, params, float(cfg["auc_degrade_sharpe"]))
+
+
 def run_world_model(params: dict[str, Any]) -> dict[str, Any]:
     cfg = params["worldmodel"]
     paths = world_paths(params)
@@ -67,7 +84,7 @@ def run_world_model(params: dict[str, Any]) -> dict[str, Any]:
         base_facts = stylized_facts(base_world)
         report: dict[str, Any] = {"prediction": prediction_gate(result.validation), "channels": {},
                                   "probe_r2": gen.probe_r2, "best_epoch": result.best_epoch,
-                                  "auc": {"pass": None, "note": "not computed yet: channel AUCs are future work"}}
+                                  }
         for ch in CHANNELS:
             world = gen.generate(train, ch, float(cfg["stress_magnitude"]))
             world.write_parquet(paths["worlds"] / f"{ch}.parquet")
@@ -81,7 +98,13 @@ def run_world_model(params: dict[str, Any]) -> dict[str, Any]:
                 "facts": {"pass": facts_ok, "exempt": sorted(exempt),
                           "rows": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in r.items()}
                                    for r in facts]}}
-        kept = [c for c, r in report["channels"].items() if r["direction"]["pass"] and r["facts"]["pass"]]
+        report["auc"] = _auc_gate(train, paths["worlds"], params, result)
+        for ch in CHANNELS:
+            value = report["auc"].get(ch)
+            report["channels"][ch]["auc"] = {"value": value, "pass": bool(value is not None and not np.isnan(value)
+                                                                        and value >= float(cfg["auc_min"]))}
+        kept = [c for c, r in report["channels"].items()
+                if r["direction"]["pass"] and r["facts"]["pass"] and r["auc"]["pass"]]
         report["kept_channels"] = kept
         report["pass"] = bool(report["prediction"]["pass"] and len(kept) == len(CHANNELS))
         torch.save({"state_dict": result.model.state_dict(), "config": cfg, "scaler_mean": result.scaler.mean,
