@@ -1,5 +1,5 @@
-"""Verifier throughput: full score cards (every channel but R3) per second on one core, against the pandas
-reference evaluating the same formulas without any scoring, in the same process.
+"""Verifier throughput: full score cards per second on one core, against the pandas reference evaluating the
+same formulas without any scoring, in the same process. R3 is off unless --stress-worlds gives world panels.
 
 Workload: the five probe formulas, every usable Alpha101, and invalid answers (missing and doubled tags,
 syntax errors, limit violations, a self-cancelling formula), each as a raw model answer. Ours: best of 3
@@ -40,11 +40,20 @@ INVALID = [
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--stress-worlds", metavar="DIR",
+                    help="score with R3 on, using every world panel (*.parquet) in DIR (results/world_model/worlds)")
     args = ap.parse_args()
     params = load_params(ROOT / "params.yaml")
     prices, sectors, _ = load_source(params)
     train, _, _ = build_panel(prices, sectors, params)
-    verifier = Verifier(train, params)
+    worlds = {}
+    if args.stress_worlds:
+        from pathlib import Path
+
+        from alphagym.data.panel import Panel
+
+        worlds = {p.stem: Panel.read_parquet(p) for p in sorted(Path(args.stress_worlds).glob("*.parquet"))}
+    verifier = Verifier(train, params, stress_worlds=worlds)
     seed_archive(verifier, params, progress=False)
     alphas = [a.text for a in alpha101(panel_fields=frozenset(DSL_FIELDS)) if a.usable]
     if args.quick:
@@ -66,7 +75,8 @@ def main() -> int:
         if "<alpha>" in a and a.count("<alpha>") == 1:
             t_ref += best_time(lambda ast=ast: ref.evaluate(ast), 1 if args.quick else 2)
     n = len(answers)
-    print(f"panel {train.shape[0]} x {train.shape[1]} (train window); {n} answers, {valid} valid; one core")
+    r3 = f"R3 on with {len(worlds)} worlds" if worlds else "R3 off"
+    print(f"panel {train.shape[0]} x {train.shape[1]} (train window); {n} answers, {valid} valid; one core; {r3}")
     print(f"scoring: {t_ours:.3f} s total, {n / t_ours:.1f} score cards/s, {t_ours / n * 1e3:.2f} ms per answer")
     print(f"pandas reference evaluation only: {t_ref:.3f} s total")
     print(f"full_scoring_vs_pandas_eval={t_ref / t_ours:.2f}")
