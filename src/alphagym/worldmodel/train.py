@@ -154,8 +154,12 @@ def train_world_model(panel: Panel, cfg: dict[str, Any], seed: int,
         if log is not None:
             log(row, epoch)
         epochs.set_postfix(val=f"{val['total']:.4f}")
-        if val["total"] < best - 1e-6:
-            best, bad, result.best_epoch = val["total"], 0, epoch
+        row["val_stop_criterion"] = val["geometry"] * cfg["geometry_weight"] + val["recon"] * cfg["decoder_weight"]
+        # stop on what does not move with the target encoder: the latent loss is measured against an EMA
+        # target that changes every step, so it is not comparable across epochs
+        criterion = val["geometry"] * cfg["geometry_weight"] + val["recon"] * cfg["decoder_weight"]
+        if criterion < best - 1e-6:
+            best, bad, result.best_epoch = criterion, 0, epoch
             best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         else:
             bad += 1
