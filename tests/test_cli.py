@@ -22,3 +22,30 @@ def test_user_errors_exit_2_with_one_clear_line(tmp_path, capsys, root):
     assert code == 2 and "raw data not found; run `alphagym download` first" in err and "prices.parquet" in err
     code = main(["download", "--params", str(root / "params.yaml"), "--set", "data.sourcez=csv"])
     assert code == 2 and "unknown key 'data.sourcez'" in capsys.readouterr().err
+
+
+def test_score_and_eval_json_on_a_smoke_panel(tmp_path, capsys, root):
+    import json
+
+    from alphagym.verifier.channels import CHANNELS
+
+    common = ["--params", str(root / "params.yaml"), "--set", "profile=smoke", "--set", f"paths.results={tmp_path}",
+              "--set", "tracking.enabled=false"]
+    assert main(["download", *common]) == 0
+    assert main(["panel", *common]) == 0
+    capsys.readouterr()
+    assert main(["score", "rank(ts_std(volume, 20) / ts_mean(volume, 20))", "--json", *common]) == 0
+    card = json.loads(capsys.readouterr().out)
+    assert {"valid", "reason", "channels", "metrics"} <= set(card)
+    assert list(card["channels"]) == list(CHANNELS)
+    assert "seeded the novelty archive" in card["note"]                  # no archive stage run: says so
+    assert main(["score", "--answer", "<alpha>rank(close</alpha>", "--json", *common]) == 0
+    bad = json.loads(capsys.readouterr().out)
+    assert bad["valid"] is False and bad["error_type"] == "syntax" and bad["channels"]["cpcv"] == -0.8
+    assert main(["score", "--window", "holdout", "rank(volume)", "--json", *common]) == 0
+    assert "holdout_score" in json.loads(capsys.readouterr().out)["metrics"]
+    out = tmp_path / "values.parquet"
+    assert main(["eval", "ts_mean(close, 5)", "--json", "--out", str(out), *common]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["canonical"] == "ts_mean(close, 5)" and report["lookback"] == 4 and out.is_file()
+    assert main(["score", *common]) == 2                                  # neither a formula nor --answer
