@@ -19,6 +19,15 @@ def _plt():
     return plt
 
 
+def _save(fig, path: str | Path) -> Path:
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    _plt().close(fig)
+    return path
+
+
 def _acf_curve(x: np.ndarray, lags: int) -> np.ndarray:
     out = []
     for k in range(1, lags + 1):
@@ -66,12 +75,7 @@ def stylized_figure(real: Panel, sim: Panel, path: str | Path, title: str = "") 
         a.legend(fontsize=8)
         a.grid(alpha=0.3)
     fig.suptitle(title or "simulator vs real data")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def book_figure(card: Any, verifier: Any, path: str | Path) -> Path:
@@ -102,12 +106,7 @@ def book_figure(card: Any, verifier: Any, path: str | Path) -> Path:
     ax[2].set(ylabel="IC (63d mean)")
     for a in ax:
         a.grid(alpha=0.3)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def _parse(formula: str, verifier: Any):
