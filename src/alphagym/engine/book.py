@@ -71,6 +71,15 @@ def turnover(w: np.ndarray) -> np.ndarray:
     return _turnover(w)
 
 
+def market_forward(fwd: np.ndarray) -> np.ndarray:
+    """Equal-weight return of the stocks over the book's holding period (T - 2 rows; NaN when none)."""
+    f = fwd[:-2]
+    ok = np.isfinite(f)
+    cnt = ok.sum(axis=1)
+    with np.errstate(all="ignore"):
+        return np.where(cnt > 0, np.where(ok, f, 0.0).sum(axis=1) / cnt, np.nan)
+
+
 def gross_pnl(w: np.ndarray, fwd: np.ndarray) -> np.ndarray:
     """Daily gross P&L (fraction of gross book) for rows with realised forward returns (T - 2 rows)."""
     f = np.where(np.isnan(fwd), 0.0, fwd)
@@ -121,19 +130,22 @@ class Book:
     ic: np.ndarray           # (T-2,)
     flat: np.ndarray         # (T,) bool
 
-    def metrics(self, market: np.ndarray) -> dict[str, float]:
-        m = market[: len(self.net)]
+    def metrics(self, market: np.ndarray, rows: np.ndarray | None = None) -> dict[str, float]:
+        """Book metrics over the P&L rows selected by `rows` (all rows by default)."""
+        rows = np.ones(len(self.net), bool) if rows is None else rows
+        net, gross, cost, ic = self.net[rows], self.gross[rows], self.cost[rows], self.ic[rows]
+        m = market[: len(self.net)][rows]
         ok = np.isfinite(m)
         beta = corr = 0.0
         if ok.sum() > 2 and np.var(m[ok]) > 0:
-            c = np.cov(self.net[ok], m[ok], ddof=0)
+            c = np.cov(net[ok], m[ok], ddof=0)
             beta = float(c[0, 1] / c[1, 1])
             corr = float(c[0, 1] / np.sqrt(c[0, 0] * c[1, 1])) if c[0, 0] > 0 else 0.0
-        ic = self.ic[np.isfinite(self.ic)]
+        ic = ic[np.isfinite(ic)]
         return {
-            "sharpe_net": sharpe(self.net), "sharpe_gross": sharpe(self.gross),
-            "annual_return_net": float(self.net.mean() * 252), "total_return_net": float(self.net.sum()),
-            "max_drawdown": max_drawdown(self.net), "turnover": float(self.turnover[:-2].mean()),
+            "sharpe_net": sharpe(net), "sharpe_gross": sharpe(gross),
+            "annual_return_net": float(net.mean() * 252), "total_return_net": float(net.sum()),
+            "max_drawdown": max_drawdown(net), "turnover": float(self.turnover[:-2][rows].mean()),
             "ic": float(ic.mean()) if ic.size else 0.0, "beta": beta, "market_corr": corr,
-            "flat_share": float(self.flat[:-2].mean()), "cost_annual": float(self.cost.mean() * 252),
+            "flat_share": float(self.flat[:-2][rows].mean()), "cost_annual": float(cost.mean() * 252),
         }

@@ -14,7 +14,7 @@ import numpy as np
 
 from alphagym.data.panel import Panel
 from alphagym.dsl.kernels import K_MEAN, K_STD, ts_moments
-from alphagym.engine.book import gross_pnl, weights_from_signal
+from alphagym.engine.book import gross_pnl, market_forward, weights_from_signal
 
 FACTOR_NAMES = ("market", "size", "momentum", "reversal", "low_volatility")
 
@@ -39,9 +39,7 @@ def factor_signals(panel: Panel, cfg: dict[str, Any]) -> dict[str, np.ndarray]:
 
 def factor_returns(panel: Panel, fwd: np.ndarray, cfg: dict[str, Any], min_valid: int) -> np.ndarray:
     """(T-2, 5) daily factor returns, aligned with an answer's P&L rows."""
-    ok = np.isfinite(fwd[:-2])
-    market = np.where(ok.any(axis=1), np.nanmean(np.where(ok, fwd[:-2], np.nan), axis=1), 0.0)
-    cols = [np.nan_to_num(market)]
+    cols = [np.nan_to_num(market_forward(fwd))]
     for sig in factor_signals(panel, cfg).values():
         cols.append(gross_pnl(weights_from_signal(sig, min_valid), fwd))
     return np.column_stack(cols)

@@ -27,6 +27,7 @@ from alphagym.engine.book import (
     daily_ic,
     forward_open_returns,
     gross_pnl,
+    market_forward,
     turnover,
     weights_from_signal,
 )
@@ -34,7 +35,7 @@ from alphagym.engine.costs import HoldoutCosts, train_cost
 from alphagym.verifier import channels as ch
 from alphagym.verifier.archive import NoveltyArchive
 from alphagym.verifier.cpcv import cpcv_statistic, make_slices, masked_sharpes
-from alphagym.verifier.factors import factor_returns, residual_sharpe_gap
+from alphagym.verifier.factors import FACTOR_NAMES, factor_returns, residual_sharpe_gap
 from alphagym.verifier.stress import BookScorer, stress_channel
 
 
@@ -85,9 +86,7 @@ class Verifier:
         self.evaluator = Evaluator(panel)
         self.min_valid = int(self.cfg["book"]["min_valid_stocks"])
         self.fwd = forward_open_returns(panel["open"])
-        ok = np.isfinite(self.fwd[:-2])
-        self.market = np.where(ok.any(axis=1), np.nanmean(np.where(ok, self.fwd[:-2], np.nan), axis=1), np.nan) \
-            if ok.any() else np.full(len(self.fwd) - 2, np.nan)
+        self.market = market_forward(self.fwd)
         # P&L rows that count: all train rows; in the holdout panel only the holdout year (not the warm-up)
         self.rows = np.ones(len(self.fwd) - 2, bool) if window == "train" else panel.in_holdout[:-2].copy()
         c = self.cfg["cpcv"]
@@ -148,12 +147,7 @@ class Verifier:
         net, ic_series = book.net[rows], book.ic[rows]
         flat_share = float(book.flat[:-2][rows].mean())
         mean_turnover = float(book.turnover[:-2][rows].mean())
-        metrics = book.metrics(self.market)
-        if self.window == "holdout":
-            m = Book(book.weights, book.turnover, book.gross[rows], book.cost[rows], net, ic_series,
-                     book.flat[:-2][rows])
-            metrics = m.metrics(self.market[rows])
-            metrics["turnover"] = mean_turnover
+        metrics = book.metrics(self.market, rows)
         metrics.update(lookback=float(lookback(ast)), nodes=float(card.nodes))
         card.metrics = metrics
         bcfg = self.cfg["book"]
@@ -172,8 +166,7 @@ class Verifier:
         ic = float(np.nanmean(ic_series)) if np.isfinite(ic_series).any() else 0.0
         raw_sr, resid_sr, betas, r2 = residual_sharpe_gap(net, self.factors)
         metrics.update(cpcv=cpcv, residual_sharpe=resid_sr, factor_r2=r2,
-                       **{f"factor_beta_{n}": float(b) for n, b in zip(
-                           ("market", "size", "momentum", "reversal", "low_volatility"), betas)})
+                       **{f"factor_beta_{n}": float(b) for n, b in zip(FACTOR_NAMES, betas)})
         chans = card.channels
         chans["cpcv"] = cpcv
         chans["factor_neutrality"] = ch.factor_neutrality(raw_sr, resid_sr, self.cfg["factor_neutrality"])
