@@ -14,9 +14,9 @@ OURS, REF = Evaluator(PANEL), ReferenceEvaluator(PANEL)
 
 CASES = {
     "add": ["close + volume"], "sub": ["close - open"], "mul": ["close * returns"],
-    "div": ["close / (volume - 300000)", "returns / returns"], "pow": ["returns ^ 2", "close ^ 0.5", "returns ^ 0.5"],
+    "div": ["close / (volume - 300000)", "returns / returns"], "pow": ["returns ^ 2", "close ^ 0.5", "returns ^ 0.5", "returns ^ 3", "(close - open) ^ -3", "returns ^ 0"],
     "neg": ["-close"], "abs": ["abs(returns)"], "log": ["log(returns)", "log(close)"], "sign": ["sign(returns)"],
-    "sqrt": ["sqrt(returns)"], "power": ["power(close, 1.5)"], "signedpower": ["signedpower(returns, 0.5)"],
+    "sqrt": ["sqrt(returns)"], "power": ["power(close, 1.5)", "power(returns, 5)"], "signedpower": ["signedpower(returns, 0.5)"],
     "min": ["min(close, open)"], "max": ["max(close, open)"],
     "lt": ["close < open"], "le": ["volume <= 300000"], "gt": ["close > open"], "ge": ["volume >= 300000"],
     "eq": ["volume == 300000"], "ne": ["volume != 300000"], "or": ["(close > open) || (volume > 300000)"],

@@ -6,7 +6,7 @@ is finite or NaN: kernels map overflow, division by zero and invalid logs to NaN
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,19 +20,11 @@ DSL_FIELDS = ("open", "high", "low", "close", "volume", "returns", "vwap")
 
 @dataclass
 class EvalContext:
-    """What cross-sectional kernels need besides the arrays: the stock grouping."""
+    """What cross-sectional kernels need besides the arrays: the stock grouping (sector codes 0..G-1)."""
     codes: np.ndarray
-    _onehot: np.ndarray | None = field(default=None, repr=False)
 
     def group_codes(self) -> np.ndarray:
         return self.codes
-
-    def group_onehot(self) -> np.ndarray:
-        if self._onehot is None:
-            g = int(self.codes.max()) + 1 if len(self.codes) else 0
-            self._onehot = np.zeros((len(self.codes), g))
-            self._onehot[np.arange(len(self.codes)), self.codes] = 1.0
-        return self._onehot
 
 
 class Evaluator:
@@ -41,7 +33,7 @@ class Evaluator:
     def __init__(self, panel: Panel) -> None:
         self.panel = panel
         self.shape = panel.shape
-        self.ctx = EvalContext(panel.sector_codes())
+        self.ctx = EvalContext(np.ascontiguousarray(panel.sector_codes(), dtype=np.int64))
         self.notes: list[str] = []
 
     def field(self, name: str, pos: int | None = None) -> np.ndarray:
@@ -58,17 +50,19 @@ class Evaluator:
         out = self._eval(node, cache)
         return out if out.shape == self.shape else np.broadcast_to(out, self.shape).copy()
 
-    def _eval(self, node: Node, cache: dict[Node, np.ndarray]) -> np.ndarray:
+    def _eval(self, node: Node, cache: dict[Node, np.ndarray]) -> np.ndarray | np.float64:
         hit = cache.get(node)
         if hit is not None:
             return hit
         if isinstance(node, Num):
-            out = np.full(self.shape, node.value)
+            out = np.float64(node.value)      # element-wise ufuncs broadcast it; no full array
         elif isinstance(node, Field):
             out = self.field(node.name)
         else:
             assert isinstance(node, Call)
             args = [self._eval(a, cache) for a in node.args]
+            if OPS[node.op].kind != "elem":
+                args = [a if np.ndim(a) else np.full(self.shape, a) for a in args]
             if node.op == "indneutralize" and node.param not in (None, "sector"):
                 note = f"IndClass.{node.param} falls back to sector, the finest grouping the panel has"
                 if note not in self.notes:

@@ -354,3 +354,45 @@ def cs_rank(x):
                 equal += x[t, k] == v
             out[t, i] = (less[t, i] + (equal - 1) / 2.0) / (cnt - 1)
     return out
+
+
+@njit(cache=True, parallel=True)
+def cs_scale(x, target):
+    """Per row: target * x / sum(|x|) over non-NaN values; 0 where that sum is 0; NaN stays NaN."""
+    t_len, n = x.shape
+    out = np.empty((t_len, n))
+    for t in prange(t_len):
+        s = 0.0
+        for i in range(n):
+            v = x[t, i]
+            if not np.isnan(v):
+                s += abs(v)
+        for i in range(n):
+            v = x[t, i]
+            if np.isnan(v):
+                out[t, i] = NAN
+            elif s > 0:
+                r = target * v / s
+                out[t, i] = r if np.isfinite(r) else NAN
+            else:
+                out[t, i] = 0.0
+    return out
+
+
+@njit(cache=True, parallel=True)
+def cs_group_demean(x, codes, n_groups):
+    """Per row: x minus the mean of its group (codes[i] in 0..n_groups-1) over the group's non-NaN values."""
+    t_len, n = x.shape
+    out = np.empty((t_len, n))
+    sums = np.zeros((t_len, n_groups))
+    counts = np.zeros((t_len, n_groups))
+    for t in prange(t_len):
+        for i in range(n):
+            v = x[t, i]
+            if not np.isnan(v):
+                sums[t, codes[i]] += v
+                counts[t, codes[i]] += 1.0
+        for i in range(n):
+            g = codes[i]
+            out[t, i] = x[t, i] - sums[t, g] / counts[t, g] if counts[t, g] > 0 else NAN
+    return out

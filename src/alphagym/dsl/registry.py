@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from alphagym.dsl import elementwise as E
 from alphagym.dsl import kernels as K
 
 Array = np.ndarray
@@ -32,61 +33,20 @@ class OpSpec:
 
 
 def _ew(fn: Callable[..., Array]) -> Callable[..., Array]:
-    """Element-wise kernel wrapper: NaN in -> NaN out; inf/overflow -> NaN."""
+    """Element-wise kernel: a ufunc from `elementwise` (NaN in -> NaN out; inf/overflow -> NaN)."""
     def run(args: list[Array], window: Any, param: Any, ctx: Any) -> Array:
         with np.errstate(all="ignore"):
-            out = np.asarray(fn(*args), dtype=np.float64)
-        bad = ~np.isfinite(out)
-        if bad.any():
-            out = np.where(bad, np.nan, out)
-        return out
+            return fn(*args)
     return run
 
 
-def _cmp(fn: Callable[[Array, Array], Array]) -> Callable[..., Array]:
-    def run(a: Array, b: Array) -> Array:
-        out = fn(a, b).astype(np.float64)
-        out[np.isnan(a) | np.isnan(b)] = np.nan
-        return out
-    return _ew(run)
-
-
-def _where(c: Array, a: Array, b: Array) -> Array:
-    out = np.where(c != 0, a, b)
-    return np.where(np.isnan(c), np.nan, out)
-
-
-def _signedpower(x: Array, a: Array) -> Array:
-    return np.sign(x) * np.power(np.abs(x), a)
-
-
-def _log(x: Array) -> Array:
-    return np.where(x > 0, np.log(np.where(x > 0, x, 1.0)), np.nan)
-
-
-def _sqrt(x: Array) -> Array:
-    return np.where(x >= 0, np.sqrt(np.where(x >= 0, x, 0.0)), np.nan)
-
-
 def _scale(args: list[Array], window: Any, param: Any, ctx: Any) -> Array:
-    x = args[0]
-    target = 1.0 if param is None else float(param)
-    s = np.nansum(np.abs(x), axis=1, keepdims=True)
-    with np.errstate(all="ignore"):
-        out = np.where(s > 0, target * x / np.where(s > 0, s, 1.0), 0.0)
-    out = np.where(np.isnan(x), np.nan, out)
-    return np.where(np.isfinite(out), out, np.nan)
+    return K.cs_scale(args[0], 1.0 if param is None else float(param))
 
 
 def _indneutralize(args: list[Array], window: Any, param: Any, ctx: Any) -> Array:
-    x = args[0]
-    onehot = ctx.group_onehot()                     # (N, G)
-    valid = ~np.isnan(x)
-    sums = np.where(valid, x, 0.0) @ onehot
-    counts = valid.astype(np.float64) @ onehot
-    with np.errstate(all="ignore"):
-        means = sums / counts
-    return x - means[:, ctx.group_codes()]
+    codes = ctx.group_codes()
+    return K.cs_group_demean(args[0], codes, int(codes.max()) + 1 if len(codes) else 0)
 
 
 def _ts(fn: Callable[..., Array], kind: int, pair: bool = False) -> Callable[..., Array]:
@@ -97,7 +57,7 @@ def _ts(fn: Callable[..., Array], kind: int, pair: bool = False) -> Callable[...
             out = fn(args[0], args[0], window, kind)
         else:
             out = fn(args[0], window, kind)
-        return np.where(np.isfinite(out), out, np.nan) if kind == K.K_PRODUCT else out
+        return E.finite_or_nan(out, out=out) if kind == K.K_PRODUCT else out
     return run
 
 
@@ -110,34 +70,35 @@ def _delay(args: list[Array], window: int, param: Any, ctx: Any) -> Array:
 
 
 def _delta(args: list[Array], window: int, param: Any, ctx: Any) -> Array:
-    return args[0] - _delay(args, window, param, ctx)
+    with np.errstate(all="ignore"):
+        return E.sub(args[0], _delay(args, window, param, ctx))
 
 
 _ROWS = [
     # element-wise
-    OpSpec("add", 2, "elem", "max", _ew(np.add), "a + b", True, "+"),
-    OpSpec("sub", 2, "elem", "max", _ew(np.subtract), "a - b", False, "-"),
-    OpSpec("mul", 2, "elem", "max", _ew(np.multiply), "a * b", True, "*"),
-    OpSpec("div", 2, "elem", "max", _ew(np.divide), "a / b; NaN where b == 0", False, "/"),
-    OpSpec("pow", 2, "elem", "max", _ew(np.power), "a ^ b (binds tighter than *); NaN if not real", False, "^"),
-    OpSpec("neg", 1, "elem", "max", _ew(np.negative), "-a"),
-    OpSpec("abs", 1, "elem", "max", _ew(np.abs), "|x|"),
-    OpSpec("log", 1, "elem", "max", _ew(_log), "natural log; NaN where x <= 0"),
-    OpSpec("sign", 1, "elem", "max", _ew(np.sign), "-1, 0 or 1"),
-    OpSpec("sqrt", 1, "elem", "max", _ew(_sqrt), "square root; NaN where x < 0"),
-    OpSpec("power", 2, "elem", "max", _ew(np.power), "x ^ a"),
-    OpSpec("signedpower", 2, "elem", "max", _ew(_signedpower), "sign(x) * |x| ^ a"),
-    OpSpec("min", 2, "elem", "max", _ew(np.minimum), "element-wise minimum (min(x, literal) is ts_min)", True),
-    OpSpec("max", 2, "elem", "max", _ew(np.maximum), "element-wise maximum (max(x, literal) is ts_max)", True),
-    OpSpec("lt", 2, "elem", "max", _cmp(np.less), "1 if a < b else 0", False, "<"),
-    OpSpec("le", 2, "elem", "max", _cmp(np.less_equal), "1 if a <= b else 0", False, "<="),
-    OpSpec("gt", 2, "elem", "max", _cmp(np.greater), "1 if a > b else 0", False, ">"),
-    OpSpec("ge", 2, "elem", "max", _cmp(np.greater_equal), "1 if a >= b else 0", False, ">="),
-    OpSpec("eq", 2, "elem", "max", _cmp(np.equal), "1 if a == b else 0", True, "=="),
-    OpSpec("ne", 2, "elem", "max", _cmp(np.not_equal), "1 if a != b else 0", True, "!="),
-    OpSpec("or", 2, "elem", "max", _cmp(lambda a, b: (a != 0) | (b != 0)), "1 if a or b is non-zero", True, "||"),
-    OpSpec("and", 2, "elem", "max", _cmp(lambda a, b: (a != 0) & (b != 0)), "1 if both non-zero", True, "&&"),
-    OpSpec("where", 3, "elem", "max", _ew(_where), "c ? a : b (NaN where c is NaN)"),
+    OpSpec("add", 2, "elem", "max", _ew(E.add), "a + b", True, "+"),
+    OpSpec("sub", 2, "elem", "max", _ew(E.sub), "a - b", False, "-"),
+    OpSpec("mul", 2, "elem", "max", _ew(E.mul), "a * b", True, "*"),
+    OpSpec("div", 2, "elem", "max", _ew(E.div), "a / b; NaN where b == 0", False, "/"),
+    OpSpec("pow", 2, "elem", "max", _ew(E.power), "a ^ b (binds tighter than *); NaN if not real", False, "^"),
+    OpSpec("neg", 1, "elem", "max", _ew(E.neg), "-a"),
+    OpSpec("abs", 1, "elem", "max", _ew(E.absolute), "|x|"),
+    OpSpec("log", 1, "elem", "max", _ew(E.log), "natural log; NaN where x <= 0"),
+    OpSpec("sign", 1, "elem", "max", _ew(E.sign), "-1, 0 or 1"),
+    OpSpec("sqrt", 1, "elem", "max", _ew(E.sqrt), "square root; NaN where x < 0"),
+    OpSpec("power", 2, "elem", "max", _ew(E.power), "x ^ a"),
+    OpSpec("signedpower", 2, "elem", "max", _ew(E.signedpower), "sign(x) * |x| ^ a"),
+    OpSpec("min", 2, "elem", "max", _ew(E.minimum), "element-wise minimum (min(x, literal) is ts_min)", True),
+    OpSpec("max", 2, "elem", "max", _ew(E.maximum), "element-wise maximum (max(x, literal) is ts_max)", True),
+    OpSpec("lt", 2, "elem", "max", _ew(E.lt), "1 if a < b else 0", False, "<"),
+    OpSpec("le", 2, "elem", "max", _ew(E.le), "1 if a <= b else 0", False, "<="),
+    OpSpec("gt", 2, "elem", "max", _ew(E.gt), "1 if a > b else 0", False, ">"),
+    OpSpec("ge", 2, "elem", "max", _ew(E.ge), "1 if a >= b else 0", False, ">="),
+    OpSpec("eq", 2, "elem", "max", _ew(E.eq), "1 if a == b else 0", True, "=="),
+    OpSpec("ne", 2, "elem", "max", _ew(E.ne), "1 if a != b else 0", True, "!="),
+    OpSpec("or", 2, "elem", "max", _ew(E.logical_or), "1 if a or b is non-zero", True, "||"),
+    OpSpec("and", 2, "elem", "max", _ew(E.logical_and), "1 if both non-zero", True, "&&"),
+    OpSpec("where", 3, "elem", "max", _ew(E.where), "c ? a : b (NaN where c is NaN)"),
     # cross-sectional
     OpSpec("rank", 1, "cs", "max", lambda a, w, p, c: K.cs_rank(a[0]),
            "(average rank - 1) / (n - 1) over stocks with a value, ties averaged"),
