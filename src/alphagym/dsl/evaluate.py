@@ -13,6 +13,7 @@ import numpy as np
 from alphagym.data.panel import Panel
 from alphagym.dsl.ast import Call, Field, Node, Num
 from alphagym.dsl.errors import UnavailableFieldError
+from alphagym.dsl.memory import keep_large_blocks_in_heap
 from alphagym.dsl.registry import OPS
 
 DSL_FIELDS = ("open", "high", "low", "close", "volume", "returns", "vwap")
@@ -31,6 +32,7 @@ class Evaluator:
     """Built once per panel; `evaluate` may be called for many formulas (the field arrays are shared)."""
 
     def __init__(self, panel: Panel) -> None:
+        keep_large_blocks_in_heap()
         self.panel = panel
         self.shape = panel.shape
         self.ctx = EvalContext(np.ascontiguousarray(panel.sector_codes(), dtype=np.int64))

@@ -364,23 +364,19 @@ def ts_window_scan(x, d, kind):
 def cs_rank(x):
     """Per row over non-NaN values: (average rank - 1) / (n - 1) in [0, 1]; a lone value gets 0.5.
 
-    First pass counts only values strictly below (one comparison per pair); without ties those counts are
-    a permutation of 0..n-1 and sum to n(n-1)/2. Only rows where the sum falls short have ties and get the
-    second pass that also counts equal values.
+    First pass counts only values strictly below (one comparison per pair, counted in the output row);
+    without ties those counts are a permutation of 0..n-1 and sum to n(n-1)/2. Only rows where the sum
+    falls short have ties and get the second pass that also counts equal values.
     """
     t_len, n = x.shape
-    out = np.full((t_len, n), NAN)
-    less = np.zeros((t_len, n), np.int64)
+    out = np.empty((t_len, n))
     for t in prange(t_len):
         cnt = 0
         for i in range(n):
             cnt += not np.isnan(x[t, i])
-        if cnt == 0:
-            continue
-        if cnt == 1:
+        if cnt <= 1:
             for i in range(n):
-                if not np.isnan(x[t, i]):
-                    out[t, i] = 0.5
+                out[t, i] = NAN if np.isnan(x[t, i]) else 0.5
             continue
         total = 0
         for i in range(n):
@@ -388,22 +384,21 @@ def cs_rank(x):
             c = 0
             for k in range(n):
                 c += x[t, k] < v          # NaN compares false on either side
-            less[t, i] = c
+            out[t, i] = c
             if not np.isnan(v):
                 total += c
-        if total == cnt * (cnt - 1) // 2:
-            for i in range(n):
-                if not np.isnan(x[t, i]):
-                    out[t, i] = less[t, i] / (cnt - 1)
-            continue
+        ties = total != cnt * (cnt - 1) // 2
         for i in range(n):
             v = x[t, i]
             if np.isnan(v):
+                out[t, i] = NAN
                 continue
-            equal = 0
-            for k in range(n):
-                equal += x[t, k] == v
-            out[t, i] = (less[t, i] + (equal - 1) / 2.0) / (cnt - 1)
+            if ties:
+                equal = 0
+                for k in range(n):
+                    equal += x[t, k] == v
+                out[t, i] += (equal - 1) / 2.0
+            out[t, i] /= cnt - 1
     return out
 
 
