@@ -213,21 +213,24 @@ def ts_weighted(x, d, kind):
 
 
 SCAN_MAX_WINDOW = 14      # below this a plain scan beats the deque
+ROW_BLOCKS = 16           # O(d)-per-cell kernels: blocks of rows, one per parallel task
 
 
 @njit(cache=True, error_model="numpy")
-def _ts_extreme_scan(x, d, kind):
-    t_len, n = x.shape
-    out = np.empty((t_len, n))
+def _extreme_scan_rows(x, d, kind, out, t0, t1):
+    n = x.shape[1]
     is_max = kind == K_MAX or kind == K_ARGMAX
     nans = np.zeros(n)
     best = np.empty(n)
     where = np.empty(n)
-    for t in range(t_len):
+    start = max(0, t0 - d)
+    for t in range(start, t1):        # rows before t0 only rebuild the counts
         for j in range(n):
             nans[j] += 1.0 if np.isnan(x[t, j]) else 0.0
-            if t >= d:
+            if t - d >= start:
                 nans[j] -= 1.0 if np.isnan(x[t - d, j]) else 0.0
+        if t < t0:
+            continue
         if t < d - 1:
             for j in range(n):
                 out[t, j] = NAN
@@ -248,6 +251,15 @@ def _ts_extreme_scan(x, d, kind):
         else:
             for j in range(n):
                 out[t, j] = t - where[j] if nans[j] == 0.0 else NAN
+
+
+@njit(cache=True, parallel=True)
+def _ts_extreme_scan(x, d, kind):
+    t_len, n = x.shape
+    out = np.empty((t_len, n))
+    step = (t_len + ROW_BLOCKS - 1) // ROW_BLOCKS
+    for b in prange(ROW_BLOCKS):
+        _extreme_scan_rows(x, d, kind, out, b * step, min(t_len, (b + 1) * step))
     return out
 
 
@@ -294,22 +306,23 @@ def _ts_extreme_deque(x, d, kind):
 
 
 @njit(cache=True, error_model="numpy")
-def ts_window_scan(x, d, kind):
-    """O(d) per cell: ts_rank (share of the other d-1 values below today, ties 1/2), product, skew, kurt."""
-    t_len, n = x.shape
-    out = np.empty((t_len, n))
+def _window_scan_rows(x, d, kind, out, t0, t1):
+    n = x.shape[1]
     nans = np.zeros(n)
     run = np.zeros(n)
     acc1 = np.zeros(n)
     acc2 = np.zeros(n)
     acc3 = np.zeros(n)
-    for t in range(t_len):
+    start = max(0, t0 - d)
+    for t in range(start, t1):        # rows before t0 only rebuild the counts
         for j in range(n):
             v = x[t, j]
             nans[j] += 1.0 if np.isnan(v) else 0.0
-            if t >= d:
+            if t - d >= start:
                 nans[j] -= 1.0 if np.isnan(x[t - d, j]) else 0.0
             run[j] = run[j] + 1.0 if t > 0 and v == x[t - 1, j] else 1.0
+        if t < t0:
+            continue
         if t < d - 1:
             for j in range(n):
                 out[t, j] = NAN
@@ -357,6 +370,17 @@ def ts_window_scan(x, d, kind):
                     out[t, j] = (acc3[j] / d) / m2 ** 1.5 if ok else NAN
                 else:
                     out[t, j] = (acc3[j] / d) / (m2 * m2) - 3.0 if ok else NAN
+
+
+@njit(cache=True, parallel=True)
+def ts_window_scan(x, d, kind):
+    """O(d) per cell: ts_rank (share of the other d-1 values below today, ties 1/2), product, skew, kurt.
+    Rows are independent given their window, so blocks of rows run in parallel."""
+    t_len, n = x.shape
+    out = np.empty((t_len, n))
+    step = (t_len + ROW_BLOCKS - 1) // ROW_BLOCKS
+    for b in prange(ROW_BLOCKS):
+        _window_scan_rows(x, d, kind, out, b * step, min(t_len, (b + 1) * step))
     return out
 
 
