@@ -120,3 +120,18 @@ def test_archive_fifo_and_roundtrip(tmp_path):
     assert back.canonicals == arch.canonicals
     back.add(series[0], "form0", "again")
     assert not back.seen("form1") and back.seen("form0")
+
+
+def test_rank_rooted_signal_skips_the_second_rank_bit_for_bit(sim_panels):
+    """Ranking the evaluator's rank again returns it unchanged, so the book may skip it (ranked=True)."""
+    from alphagym.dsl.evaluate import Evaluator, is_rank_root
+    from alphagym.engine.book import weights_from_signal
+
+    train, _ = sim_panels
+    ev = Evaluator(train)
+    for f in ("rank(volume)", "rank(ts_delta(close, 3) > 0)", "rank(returns)", "rank(ts_rank(volume, 5))"):
+        ast = parse(f)
+        assert is_rank_root(ast)
+        sig = ev.evaluate(ast)
+        np.testing.assert_array_equal(weights_from_signal(sig, 5, ranked=True), weights_from_signal(sig, 5))
+    assert not is_rank_root(parse("-rank(volume)"))

@@ -28,6 +28,11 @@ class EvalContext:
         return self.codes
 
 
+def is_rank_root(node: Node) -> bool:
+    """The formula's value is a cross-sectional rank (the book can skip ranking it again)."""
+    return isinstance(node, Call) and node.op == "rank"
+
+
 class Evaluator:
     """Built once per panel; `evaluate` may be called for many formulas (the field arrays are shared)."""
 

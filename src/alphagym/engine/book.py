@@ -41,9 +41,15 @@ def _demean_scale(r: np.ndarray, min_valid: int) -> np.ndarray:
     return w
 
 
-def weights_from_signal(signal: np.ndarray, min_valid: int = 2) -> np.ndarray:
-    """Rank across stocks with a value, subtract the mean, divide by sum |w| (long $ = short $ = 0.5)."""
-    return _demean_scale(cs_rank(np.ascontiguousarray(signal, dtype=np.float64)), min_valid)
+def weights_from_signal(signal: np.ndarray, min_valid: int = 2, ranked: bool = False) -> np.ndarray:
+    """Rank across stocks with a value, subtract the mean, divide by sum |w| (long $ = short $ = 0.5).
+
+    ranked=True: the signal is already the evaluator's cross-sectional rank (a formula whose root is
+    `rank`). Ranking a rank returns it bit for bit (same order, same ties, same count), so the second rank,
+    the costliest step of a book, is skipped; a test checks the equality.
+    """
+    r = np.ascontiguousarray(signal, dtype=np.float64)
+    return _demean_scale(r if ranked else cs_rank(r), min_valid)
 
 
 def forward_open_returns(opens: np.ndarray) -> np.ndarray:

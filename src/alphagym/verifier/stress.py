@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from alphagym.data.panel import Panel
-from alphagym.dsl.evaluate import Evaluator
+from alphagym.dsl.evaluate import Evaluator, is_rank_root
 from alphagym.engine.book import forward_open_returns, gross_pnl, turnover, weights_from_signal
 from alphagym.engine.costs import train_cost
 from alphagym.verifier.cpcv import cpcv_statistic, make_slices, masked_sharpes
@@ -33,7 +33,7 @@ class BookScorer:
         self.std_penalty = float(c["std_penalty"])
 
     def net(self, ast: Any) -> np.ndarray:
-        w = weights_from_signal(self.ev.evaluate(ast), self.min_valid)
+        w = weights_from_signal(self.ev.evaluate(ast), self.min_valid, is_rank_root(ast))
         return gross_pnl(w, self.fwd) - train_cost(turnover(w)[:-2], self.costs)
 
     def cpcv(self, ast: Any) -> float:

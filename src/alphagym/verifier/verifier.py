@@ -20,7 +20,7 @@ from alphagym.data.panel import Panel
 from alphagym.dsl.answer import extract
 from alphagym.dsl.canonical import canonical, fields_used, node_count
 from alphagym.dsl.errors import AnswerTagError, DslError
-from alphagym.dsl.evaluate import Evaluator
+from alphagym.dsl.evaluate import Evaluator, is_rank_root
 from alphagym.dsl.parser import Limits, lookback, parse
 from alphagym.engine.book import (
     Book,
@@ -104,8 +104,8 @@ class Verifier:
         self.stress_worlds = stress_worlds or {}
 
     # --- single answer ---
-    def book(self, signal: np.ndarray) -> Book:
-        w = weights_from_signal(signal, self.min_valid)
+    def book(self, signal: np.ndarray, ranked: bool = False) -> Book:
+        w = weights_from_signal(signal, self.min_valid, ranked)
         to = turnover(w)
         gross = gross_pnl(w, self.fwd)
         cost = (self.holdout_costs.cost(w) if self.holdout_costs is not None
@@ -142,7 +142,7 @@ class Verifier:
         except DslError as exc:
             return self._invalid(card, "invalid_score", str(exc), exc.rule)
         t2 = time.perf_counter()
-        book = self.book(signal)
+        book = self.book(signal, is_rank_root(ast))
         rows = self.rows
         net, ic_series = book.net[rows], book.ic[rows]
         flat_share = float(book.flat[:-2][rows].mean())
