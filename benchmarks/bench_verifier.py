@@ -42,6 +42,9 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--stress-worlds", metavar="DIR",
                     help="score with R3 on, using every world panel (*.parquet) in DIR (results/world_model/worlds)")
+    ap.add_argument("--kept-only", metavar="GATES_JSON",
+                    help="with --stress-worlds: only the worlds this gate report kept, as the pipeline's verifier "
+                         "loads them (results/world_model/gates.json)")
     args = ap.parse_args()
     params = load_params(ROOT / "params.yaml")
     prices, sectors, _ = load_source(params)
@@ -53,6 +56,12 @@ def main() -> int:
         from alphagym.data.panel import Panel
 
         worlds = {p.stem: Panel.read_parquet(p) for p in sorted(Path(args.stress_worlds).glob("*.parquet"))}
+        if args.kept_only:
+            from alphagym.verifier.stress import load_kept_worlds
+
+            worlds = load_kept_worlds(Path(args.kept_only), Path(args.stress_worlds))
+            if not worlds:
+                print(f"{args.kept_only} keeps no world: R3 stays off")
     verifier = Verifier(train, params, stress_worlds=worlds)
     seed_archive(verifier, params, progress=False)
     alphas = [a.text for a in alpha101(panel_fields=frozenset(DSL_FIELDS)) if a.usable]
@@ -75,7 +84,7 @@ def main() -> int:
         if "<alpha>" in a and a.count("<alpha>") == 1:
             t_ref += best_time(lambda ast=ast: ref.evaluate(ast), 1 if args.quick else 2)
     n = len(answers)
-    r3 = f"R3 on with {len(worlds)} worlds" if worlds else "R3 off"
+    r3 = f"R3 on with {len(worlds)} worlds ({', '.join(worlds)})" if worlds else "R3 off"
     print(f"panel {train.shape[0]} x {train.shape[1]} (train window); {n} answers, {valid} valid; one core; {r3}")
     print(f"scoring: {t_ours:.3f} s total, {n / t_ours:.1f} score cards/s, {t_ours / n * 1e3:.2f} ms per answer")
     print(f"pandas reference evaluation only: {t_ref:.3f} s total")
