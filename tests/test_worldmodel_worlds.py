@@ -120,3 +120,19 @@ def test_r3_in_the_verifier(generator):
     assert stress_channel(1.0, [1.5, 2.0], 0.4) == 0.0
     assert stress_channel(1.0, [-100.0], 0.4) == -1.0
     assert stress_channel(1.0, [0.0], 0.4) == pytest.approx(-0.4 * np.log(2.0))
+
+
+def test_gate_summary_drops_low_auc_channels_without_failing():
+    from alphagym.worldmodel.stage import gate_summary
+
+    def chan(direction=True, facts=True, auc=True):
+        return {"direction": {"pass": direction}, "facts": {"pass": facts}, "auc": {"pass": auc}}
+
+    ok = {"pass": True}
+    s = gate_summary(ok, {"crash": chan(), "volatility": chan(auc=False)})
+    assert s["pass"] and s["kept_channels"] == ["crash"] and s["dropped_by_auc"] == ["volatility"]
+    s = gate_summary(ok, {"crash": chan(), "trend_flip": chan(direction=False)})
+    assert not s["pass"] and s["failed"] == ["trend_flip: direction"]
+    s = gate_summary({"pass": False}, {"crash": chan(facts=False)})
+    assert s["failed"] == ["prediction", "crash: facts", "no world kept"] and s["kept_channels"] == []
+    assert not gate_summary(ok, {"crash": chan(auc=False)})["pass"]        # every world dropped
