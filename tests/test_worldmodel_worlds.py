@@ -5,7 +5,15 @@ import pytest
 
 from alphagym.worldmodel.stage import direction_gate, prediction_gate
 from alphagym.worldmodel.train import train_world_model
-from alphagym.worldmodel.worlds import CHANNELS, WorldGenerator, panel_statistics, window_statistics
+from alphagym.worldmodel.worlds import (
+    CHANNELS,
+    DIRECTION,
+    STATISTIC,
+    WorldGenerator,
+    panel_statistics,
+    panel_window_statistics,
+    window_statistics,
+)
 
 CFG = {"window": 16, "stride": 8, "mask_share": 0.25, "mask_span": 4, "d_model": 16, "heads": 2, "time_layers": 1,
        "stock_layers": 1, "ema": 0.9, "geometry_weight": 0.1, "decoder_weight": 1.0, "batch_size": 8, "lr": 3e-3,
@@ -61,10 +69,12 @@ def test_gate_logic():
            "geometry_persistence": 1.0, "geometry_window_mean": 0.6}
     assert prediction_gate(val)["pass"]
     assert not prediction_gate(dict(val, jepa_model=0.16))["pass"]
-    base = {"volatility": 0.010, "trend": 0.02}
-    assert direction_gate(base, {"volatility": 0.012, "trend": 0.02}, 0.001, "volatility", 0.1)["pass"]
-    assert not direction_gate(base, {"volatility": 0.009, "trend": 0.02}, 0.001, "volatility", 0.1)["pass"]
-    assert direction_gate(base, {"volatility": 0.01, "trend": -0.01}, 0.01, "trend_flip", 0.1)["pass"]
+    base = {"volatility": np.array([0.010, 0.010]), "trend": np.array([0.02, -0.03])}
+    assert direction_gate(base, {"volatility": np.array([0.012, 0.012])}, 0.001, "volatility", 0.1)["pass"]
+    assert not direction_gate(base, {"volatility": np.array([0.009, 0.01])}, 0.001, "volatility", 0.1)["pass"]
+    # a flip moves each window's trend towards minus itself, whatever happens to the mean
+    assert direction_gate(base, {"trend": np.array([-0.01, 0.02])}, 0.01, "trend_flip", 0.1)["pass"]
+    assert not direction_gate(base, {"trend": np.array([0.03, -0.04])}, 0.01, "trend_flip", 0.1)["pass"]
 
 
 def test_panel_statistics_average_windows(sim_panels):
@@ -136,3 +146,17 @@ def test_gate_summary_drops_low_auc_channels_without_failing():
     s = gate_summary({"pass": False}, {"crash": chan(facts=False)})
     assert s["failed"] == ["prediction", "crash: facts", "no world kept"] and s["kept_channels"] == []
     assert not gate_summary(ok, {"crash": chan(auc=False)})["pass"]        # every world dropped
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_each_world_moves_its_statistic_the_intended_way(generator, channel):
+    """The direction test: on the decoded, stitched panel (not on latents), each channel's statistic moves
+    the way the channel says (trend: towards minus its base value)."""
+    p, g = generator
+    window = g.model.window
+    base = panel_window_statistics(g.generate(p, channel, 0.0), window)[STATISTIC[channel]]
+    moved = panel_window_statistics(g.generate(p, channel, 2.0), window)[STATISTIC[channel]]
+    if channel == "trend_flip":
+        assert np.mean((moved - base) * -np.sign(base)) > 0.1 * g.stat_sd[channel]
+    else:
+        assert DIRECTION[channel] * (moved.mean() - base.mean()) > 0.1 * g.stat_sd[channel]

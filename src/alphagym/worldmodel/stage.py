@@ -28,7 +28,7 @@ from alphagym.data.stylized import compare_facts, stylized_facts
 from alphagym.errors import AlphagymError
 from alphagym.tracking import stage_run
 from alphagym.worldmodel.train import train_world_model
-from alphagym.worldmodel.worlds import CHANNELS, DIRECTION, STATISTIC, WorldGenerator, panel_statistics
+from alphagym.worldmodel.worlds import CHANNELS, DIRECTION, STATISTIC, WorldGenerator, panel_window_statistics
 
 
 class GateError(AlphagymError):
@@ -47,12 +47,18 @@ def prediction_gate(validation: dict[str, float]) -> dict[str, Any]:
             "geometry_beats_baselines": bool(geom), **{k: round(v, 6) for k, v in validation.items()}}
 
 
-def direction_gate(base: dict[str, float], moved: dict[str, float], sd: float, channel: str,
+def direction_gate(base: dict[str, np.ndarray], moved: dict[str, np.ndarray], sd: float, channel: str,
                    min_move_sd: float) -> dict[str, Any]:
+    """Per-window statistics of the unshifted and the shifted world. A channel must move the mean of its
+    statistic the intended way; trend_flip must move each window's trend towards minus itself (on average:
+    the mean trend is near 0, so its change says little about a flip)."""
     key = STATISTIC[channel]
-    change = (moved[key] - base[key]) / (sd or 1.0)
-    wanted = -np.sign(base[key]) if channel == "trend_flip" else DIRECTION[channel]
-    return {"statistic": key, "change_sd": round(float(change), 4), "pass": bool(change * wanted >= min_move_sd)}
+    b, m = np.asarray(base[key], float), np.asarray(moved[key], float)
+    if channel == "trend_flip":
+        change = float(np.mean((m - b) * -np.sign(b))) / (sd or 1.0)
+    else:
+        change = DIRECTION[channel] * float(m.mean() - b.mean()) / (sd or 1.0)
+    return {"statistic": key, "change_sd": round(change, 4), "pass": bool(change >= min_move_sd)}
 
 
 def gate_summary(prediction: dict[str, Any], channels: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -93,18 +99,19 @@ def run_world_model(params: dict[str, Any]) -> dict[str, Any]:
     with stage_run("world_model", params) as run:
         result = train_world_model(train, cfg, int(params["seed"]),
                                    log=lambda row, epoch: run.log_metrics(row, step=epoch))
-        gen = WorldGenerator(result.model, result.scaler, float(cfg["probe_ridge"])).fit(train)
+        gen = WorldGenerator(result.model, result.scaler, float(cfg["probe_ridge"]),
+                             float(cfg["max_latent_step"])).fit(train)
         paths["worlds"].mkdir(parents=True, exist_ok=True)
         base_world = gen.generate(train, "volatility", 0.0)
-        base_stats = panel_statistics(base_world, int(cfg["window"]))
+        base_stats = panel_window_statistics(base_world, int(cfg["window"]))
         base_facts = stylized_facts(base_world)
         report: dict[str, Any] = {"prediction": prediction_gate(result.validation), "channels": {},
-                                  "probe_r2": gen.probe_r2, "best_epoch": result.best_epoch,
-                                  }
+                                  "probe_r2": gen.probe_r2, "decoder_slopes": gen.slopes,
+                                  "best_epoch": result.best_epoch}
         for ch in CHANNELS:
             world = gen.generate(train, ch, float(cfg["stress_magnitude"]))
             world.write_parquet(paths["worlds"] / f"{ch}.parquet")
-            moved = panel_statistics(world, int(cfg["window"]))
+            moved = panel_window_statistics(world, int(cfg["window"]))
             facts = compare_facts(base_facts, stylized_facts(world), params["stylized_tolerance"])
             exempt = set(cfg["facts_moved"].get(ch, []))
             facts_ok = all(r["ok"] for r in facts if r["fact"] not in exempt)
