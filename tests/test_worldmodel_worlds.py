@@ -24,7 +24,7 @@ CFG = {"window": 16, "stride": 8, "mask_share": 0.25, "mask_span": 4, "d_model":
 def generator(sim_panels):
     p = sim_panels[0].slice_days(0, 400)
     r = train_world_model(p, CFG, seed=1, progress=False)
-    return p, WorldGenerator(r.model, r.scaler).fit(p)
+    return p, WorldGenerator(r.model, r.scaler, max_step=1.0).fit(p)      # a tiny model needs longer steps
 
 
 def test_unshifted_world_reproduces_the_panel(generator):
@@ -160,3 +160,16 @@ def test_each_world_moves_its_statistic_the_intended_way(generator, channel):
         assert np.mean((moved - base) * -np.sign(base)) > 0.1 * g.stat_sd[channel]
     else:
         assert DIRECTION[channel] * (moved.mean() - base.mean()) > 0.1 * g.stat_sd[channel]
+
+
+def test_gates_markdown_renders_every_channel():
+    from alphagym.worldmodel.stage import gates_markdown
+
+    chan = {"direction": {"change_sd": 1.5, "pass": True}, "facts": {"pass": True}, "auc": {"value": 0.6, "pass": True}}
+    report = {"prediction": {"pass": False, "jepa_model": 0.05, "jepa_persistence": 0.07, "jepa_window_mean": 0.04,
+                             "geometry_model": 0.5, "geometry_persistence": 1.1, "geometry_window_mean": 0.6},
+              "best_epoch": 3, "auc": {"formulas": 10, "degraders": 4}, "failed": ["prediction"],
+              "dropped_by_auc": [], "kept_channels": ["crash"], "channels": {"crash": chan}}
+    md = gates_markdown(report)
+    assert "| crash | +1.500 (pass) | pass | 0.600 | yes |" in md
+    assert "failed: prediction" in md

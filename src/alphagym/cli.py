@@ -108,6 +108,18 @@ def cmd_world_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_gates(args: argparse.Namespace) -> int:
+    from alphagym.config import results_dir
+    from alphagym.errors import AlphagymError
+    from alphagym.worldmodel.stage import gates_markdown
+
+    path = Path(args.report) if args.report else results_dir(_params(args)) / "world_model" / "gates.json"
+    if not path.is_file():
+        raise AlphagymError(f"no gate report at {path}: run `alphagym world-model` first")
+    print(gates_markdown(json.loads(path.read_text())))
+    return 0
+
+
 def cmd_score(args: argparse.Namespace) -> int:
     from alphagym.verifier.tools import card_json, load_verifier, print_card
 
@@ -141,6 +153,7 @@ COMMANDS: list[tuple[str, str, Callable[[argparse.Namespace], int]]] = [
     ("stylized", "tool: stylized facts of a panel file", cmd_stylized),
     ("archive", "stage: seed the novelty archive with the Alpha101 books on the train panel", cmd_archive),
     ("world-model", "stage: train the JEPA world model, write stress worlds and the gate report", cmd_world_model),
+    ("gates", "tool: the world-model gate report as markdown tables (as in the README)", cmd_gates),
     ("score", "tool: score a formula (or a raw model answer) with the verifier's 12 channels", cmd_score),
     ("eval", "tool: parse and evaluate one formula on a panel", cmd_eval),
     ("alpha101", "tool: Kakushadze's 101 alphas: paper text, parse status, canonical form", cmd_alpha101),
@@ -172,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     subs["score"].add_argument("--window", choices=("train", "holdout"), default="train")
     subs["score"].add_argument("--json", action="store_true", help="print JSON (valid, reason, channels, metrics)")
     subs["score"].add_argument("--plot", help="write a figure of the book (cumulative P&L, turnover, IC) to PNG")
+    subs["gates"].add_argument("report", nargs="?", help="gates.json (default: results/world_model/gates.json)")
     subs["alpha101"].add_argument("--panel", help="panel for coverage (default: the train panel if built)")
     subs["alpha101"].add_argument("--json", action="store_true", help="print JSON")
     for extra in EXTRA_COMMANDS:

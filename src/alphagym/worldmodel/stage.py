@@ -140,3 +140,22 @@ def run_world_model(params: dict[str, Any]) -> dict[str, Any]:
             raise GateError(message + "; switch verifier.jepa_stress.enabled off to run without R3")
         warnings.warn(message + "; R3 stays off (verifier.jepa_stress.enabled is false)", stacklevel=1)
     return report
+
+
+def gates_markdown(report: dict[str, Any]) -> str:
+    """The gate report as the README shows it: the prediction line, the AUC sample, one row per channel."""
+    pr = report["prediction"]
+    lines = [f"- prediction gate pass {pr['pass']}: latent {pr['jepa_model']:.4f} vs persistence "
+             f"{pr['jepa_persistence']:.4f} / mean {pr['jepa_window_mean']:.4f}; geometry {pr['geometry_model']:.4f} "
+             f"vs {pr['geometry_persistence']:.4f} / {pr['geometry_window_mean']:.4f}; "
+             f"best epoch {report['best_epoch']}",
+             f"- AUC gate: {report['auc'].get('formulas')} formulas, {report['auc'].get('degraders')} degraders",
+             f"- failed: {', '.join(report.get('failed', [])) or 'none'}; dropped by the AUC rule: "
+             f"{', '.join(report.get('dropped_by_auc', [])) or 'none'}", "",
+             "| channel | moves its statistic (sd) | facts kept | AUC | kept |", "|---|---|---|---|---|"]
+    for ch, r in report["channels"].items():
+        d, auc = r["direction"], r["auc"]["value"]
+        lines.append(f"| {ch} | {d['change_sd']:+.3f} ({'pass' if d['pass'] else 'fail'}) | "
+                     f"{'pass' if r['facts']['pass'] else 'fail'} | "
+                     f"{'-' if auc is None else f'{auc:.3f}'} | {'yes' if ch in report['kept_channels'] else 'no'} |")
+    return "\n".join(lines)

@@ -67,7 +67,7 @@ class WorldGenerator:
     model: WorldModel
     scaler: FeatureScaler
     ridge: float = 1.0
-    max_step: float = 1.0          # largest shift, in mean latent norms
+    max_step: float = 0.5          # largest shift, in mean latent norms (params: worldmodel.max_latent_step)
     directions: dict[str, np.ndarray] = field(default_factory=dict)
     slopes: dict[str, float] = field(default_factory=dict)
     stat_sd: dict[str, float] = field(default_factory=dict)
