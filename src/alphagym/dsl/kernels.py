@@ -469,18 +469,52 @@ def _rank_rows(x, out, t0, t1):
         total = 0.0
         for i in range(n):
             total += 0.0 if np.isnan(x[t, i]) else out[t, i]
-        ties = total != cnt * (cnt - 1) // 2
-        for i in range(n):
-            v = x[t, i]
-            if np.isnan(v):
-                out[t, i] = NAN
-                continue
-            if ties:
-                equal = 0
+        if total != cnt * (cnt - 1) // 2:         # ties: add half of the other equal values
+            for i0 in range(0, n, 8):
+                v0 = x[t, i0 + 0] if i0 + 0 < n else NAN
+                e0 = 0
+                v1 = x[t, i0 + 1] if i0 + 1 < n else NAN
+                e1 = 0
+                v2 = x[t, i0 + 2] if i0 + 2 < n else NAN
+                e2 = 0
+                v3 = x[t, i0 + 3] if i0 + 3 < n else NAN
+                e3 = 0
+                v4 = x[t, i0 + 4] if i0 + 4 < n else NAN
+                e4 = 0
+                v5 = x[t, i0 + 5] if i0 + 5 < n else NAN
+                e5 = 0
+                v6 = x[t, i0 + 6] if i0 + 6 < n else NAN
+                e6 = 0
+                v7 = x[t, i0 + 7] if i0 + 7 < n else NAN
+                e7 = 0
                 for k in range(n):
-                    equal += x[t, k] == v
-                out[t, i] += (equal - 1) / 2.0
-            out[t, i] /= cnt - 1
+                    xk = x[t, k]
+                    e0 += xk == v0
+                    e1 += xk == v1
+                    e2 += xk == v2
+                    e3 += xk == v3
+                    e4 += xk == v4
+                    e5 += xk == v5
+                    e6 += xk == v6
+                    e7 += xk == v7
+                if i0 + 0 < n:
+                    out[t, i0 + 0] += (e0 - 1) / 2.0
+                if i0 + 1 < n:
+                    out[t, i0 + 1] += (e1 - 1) / 2.0
+                if i0 + 2 < n:
+                    out[t, i0 + 2] += (e2 - 1) / 2.0
+                if i0 + 3 < n:
+                    out[t, i0 + 3] += (e3 - 1) / 2.0
+                if i0 + 4 < n:
+                    out[t, i0 + 4] += (e4 - 1) / 2.0
+                if i0 + 5 < n:
+                    out[t, i0 + 5] += (e5 - 1) / 2.0
+                if i0 + 6 < n:
+                    out[t, i0 + 6] += (e6 - 1) / 2.0
+                if i0 + 7 < n:
+                    out[t, i0 + 7] += (e7 - 1) / 2.0
+        for i in range(n):
+            out[t, i] = NAN if np.isnan(x[t, i]) else out[t, i] / (cnt - 1)
 
 
 @njit(cache=True, parallel=True)
