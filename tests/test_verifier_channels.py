@@ -135,3 +135,32 @@ def test_rank_rooted_signal_skips_the_second_rank_bit_for_bit(sim_panels):
         sig = ev.evaluate(ast)
         np.testing.assert_array_equal(weights_from_signal(sig, 5, ranked=True), weights_from_signal(sig, 5))
     assert not is_rank_root(parse("-rank(volume)"))
+
+
+def test_book_kernels_match_plain_numpy():
+    """gross P&L, daily IC and demean/scale (numba row loops) against the plain numpy formulas."""
+    from alphagym.engine.book import daily_ic, gross_pnl, weights_from_signal
+
+    rng = np.random.default_rng(3)
+    sig = rng.normal(size=(60, 9))
+    sig[rng.random(sig.shape) < 0.1] = np.nan
+    sig[7] = np.nan
+    fwd = rng.normal(0, 0.01, size=(60, 9))
+    fwd[rng.random(fwd.shape) < 0.1] = np.nan
+    w = weights_from_signal(sig, 3)
+    def rank_row(r):
+        n = np.sum(~np.isnan(r))
+        return [np.nan if np.isnan(v) else (np.sum(r < v) + (np.sum(r == v) - 1) / 2) / (n - 1) for v in r]
+
+    ranks = np.array([rank_row(r) for r in sig])
+    dev = ranks - np.nanmean(ranks, axis=1, keepdims=True)
+    expect = np.nan_to_num(dev / np.nansum(np.abs(dev), axis=1, keepdims=True))
+    full = np.isfinite(sig).sum(axis=1) >= 3
+    np.testing.assert_allclose(w[full], expect[full], atol=1e-15)
+    assert (w[7] == 0).all()
+    np.testing.assert_allclose(gross_pnl(w, fwd), np.nansum(w[:-2] * fwd[:-2], axis=1), rtol=1e-12, atol=1e-18)
+    ic = daily_ic(w, fwd)
+    for t in range(58):
+        ok = (w[t] != 0) & np.isfinite(fwd[t])
+        ref = np.corrcoef(w[t, ok], fwd[t, ok])[0, 1] if ok.sum() >= 3 else np.nan
+        assert (np.isnan(ic[t]) and np.isnan(ref)) or abs(ic[t] - ref) < 1e-12

@@ -15,29 +15,32 @@ from numba import njit
 from alphagym.dsl.kernels import cs_rank
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _demean_scale(r: np.ndarray, min_valid: int) -> np.ndarray:
+    """Per row: subtract the mean over stocks with a value, divide by the sum of |deviations| (branch-free
+    loops over the row, so they vectorise); rows with fewer than min_valid values, or all tied, are flat."""
     t_len, n = r.shape
     w = np.zeros((t_len, n))
     for t in range(t_len):
-        cnt = 0
+        cnt = 0.0
         s = 0.0
         for i in range(n):
-            if not np.isnan(r[t, i]):
-                cnt += 1
-                s += r[t, i]
+            v = r[t, i]
+            ok = not np.isnan(v)
+            cnt += 1.0 if ok else 0.0
+            s += v if ok else 0.0
         if cnt < min_valid:
             continue
         m = s / cnt
         g = 0.0
         for i in range(n):
-            if not np.isnan(r[t, i]):
-                g += abs(r[t, i] - m)
+            v = r[t, i]
+            g += 0.0 if np.isnan(v) else abs(v - m)
         if g <= 1e-12:          # all ties: no opinion, flat
             continue
         for i in range(n):
-            if not np.isnan(r[t, i]):
-                w[t, i] = (r[t, i] - m) / g
+            v = r[t, i]
+            w[t, i] = 0.0 if np.isnan(v) else (v - m) / g
     return w
 
 
@@ -86,28 +89,60 @@ def market_forward(fwd: np.ndarray) -> np.ndarray:
         return np.where(cnt > 0, np.where(ok, f, 0.0).sum(axis=1) / cnt, np.nan)
 
 
+@njit(cache=True, error_model="numpy")
+def _gross_pnl(w: np.ndarray, fwd: np.ndarray) -> np.ndarray:
+    t_len, n = w.shape
+    out = np.zeros(max(t_len - 2, 0))
+    for t in range(t_len - 2):
+        s = 0.0
+        for i in range(n):
+            f = fwd[t, i]
+            s += 0.0 if np.isnan(f) else w[t, i] * f
+        out[t] = s
+    return out
+
+
 def gross_pnl(w: np.ndarray, fwd: np.ndarray) -> np.ndarray:
     """Daily gross P&L (fraction of gross book) for rows with realised forward returns (T - 2 rows)."""
-    f = np.where(np.isnan(fwd), 0.0, fwd)
-    return np.einsum("ij,ij->i", w[:-2], f[:-2])
+    return _gross_pnl(np.ascontiguousarray(w, dtype=np.float64), np.ascontiguousarray(fwd, dtype=np.float64))
+
+
+@njit(cache=True, error_model="numpy")
+def _daily_ic(w: np.ndarray, fwd: np.ndarray) -> np.ndarray:
+    t_len, n = w.shape
+    out = np.full(max(t_len - 2, 0), np.nan)
+    for t in range(t_len - 2):
+        cnt = 0.0
+        sw = 0.0
+        sf = 0.0
+        for i in range(n):
+            ok = w[t, i] != 0.0 and np.isfinite(fwd[t, i])
+            cnt += 1.0 if ok else 0.0
+            sw += w[t, i] if ok else 0.0
+            sf += fwd[t, i] if ok else 0.0
+        if cnt < 3:
+            continue
+        mw = sw / cnt
+        mf = sf / cnt
+        num = 0.0
+        vw = 0.0
+        vf = 0.0
+        for i in range(n):
+            ok = w[t, i] != 0.0 and np.isfinite(fwd[t, i])
+            dw = w[t, i] - mw if ok else 0.0
+            df = fwd[t, i] - mf if ok else 0.0
+            num += dw * df
+            vw += dw * dw
+            vf += df * df
+        den = np.sqrt(vw * vf)
+        if den > 0:
+            out[t] = num / den
+    return out
 
 
 def daily_ic(w: np.ndarray, fwd: np.ndarray) -> np.ndarray:
     """Pearson correlation across stocks of w[t] with fwd[t], per day; NaN on flat or degenerate days."""
-    w, f = w[:-2], fwd[:-2]
-    ok = (w != 0) & np.isfinite(f)
-    cnt = ok.sum(axis=1)
-    wz = np.where(ok, w, 0.0)
-    fz = np.where(ok, f, 0.0)
-    with np.errstate(all="ignore"):
-        mw = wz.sum(axis=1) / cnt
-        mf = fz.sum(axis=1) / cnt
-        dw = np.where(ok, w - mw[:, None], 0.0)
-        df = np.where(ok, f - mf[:, None], 0.0)
-        num = (dw * df).sum(axis=1)
-        den = np.sqrt((dw * dw).sum(axis=1) * (df * df).sum(axis=1))
-        ic = num / den
-    return np.where((cnt >= 3) & (den > 0), ic, np.nan)
+    return _daily_ic(np.ascontiguousarray(w, dtype=np.float64), np.ascontiguousarray(fwd, dtype=np.float64))
 
 
 def sharpe(x: np.ndarray) -> float:
