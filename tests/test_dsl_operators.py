@@ -136,3 +136,21 @@ def test_extreme_scan_and_block_kernels_agree_bit_for_bit(d):
     x[50:53, 2] = np.nan
     for kind in (K.K_MAX, K.K_MIN, K.K_ARGMAX, K.K_ARGMIN):
         np.testing.assert_array_equal(K._ts_extreme_scan(x, d, kind), K._ts_extreme_blocks(x, d, kind))
+
+
+def test_results_do_not_depend_on_the_thread_count():
+    """Kernels split rows into blocks fixed by the shape and window, never by the number of threads, so one
+    thread and all threads give the same bytes."""
+    import numba
+
+    formulas = ["ts_corr(close, volume, 5)", "ts_std(close, 3)", "ts_decay_linear(close, 4)", "ts_ema(close, 6)",
+                "rank(ts_rank(volume, 7))", "ts_max(close, 30)", "ts_argmin(volume, 6)", "scale(returns)"]
+    full = [OURS.evaluate(parse(f)) for f in formulas]
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = [OURS.evaluate(parse(f)) for f in formulas]
+    finally:
+        numba.set_num_threads(before)
+    for f, a, b in zip(formulas, full, one):
+        np.testing.assert_array_equal(a, b, err_msg=f)

@@ -29,13 +29,15 @@ K_SUM, K_MEAN, K_STD, K_ZSCORE, K_COV, K_CORR = 0, 1, 2, 3, 4, 5
 K_DECAY, K_SLOPE, K_EMA = 0, 1, 2
 K_MAX, K_MIN, K_ARGMAX, K_ARGMIN = 0, 1, 2, 3
 K_RANK, K_PRODUCT, K_SKEW, K_KURT = 0, 1, 2, 3
+MAX_TIME_BLOCKS = 4       # streaming kernels: at most this many blocks of rows in parallel
 
 
 @njit(cache=True, error_model="numpy")
-def ts_moments(x, y, d, kind):
-    """sum, mean, std, zscore (x only) or cov, corr (x with y) over the last d rows."""
+def _moments_rows(x, y, d, kind, out, t0, t1):
+    """Rows t0..t1-1 of ts_moments. The state is rebuilt from row t0 - 2d, so an exact re-centring (every d
+    rows, on a window that lies inside the rebuilt span) has happened before t0."""
     t_len, n = x.shape
-    out = np.empty((t_len, n))
+    start = max(0, t0 - 2 * d)
     pair = kind >= K_COV
     ax = np.zeros(n)        # anchors: sums run over values centred on them
     ay = np.zeros(n)
@@ -47,9 +49,9 @@ def ts_moments(x, y, d, kind):
     nans = np.zeros(n)      # missing values (or pairs) in the window
     runx = np.zeros(n)      # length of the run of equal values ending today
     runy = np.zeros(n)
-    for t in range(t_len):
+    for t in range(start, t1):
         for r in range(2):                  # r = 0 adds row t, r = 1 removes row t - d
-            if r == 1 and t < d:
+            if r == 1 and t - d < start:
                 break
             row = t if r == 0 else t - d
             sg = 1.0 if r == 0 else -1.0
@@ -80,7 +82,7 @@ def ts_moments(x, y, d, kind):
             if pair:
                 for j in range(n):
                     runy[j] = runy[j] + 1.0 if y[t, j] == y[t - 1, j] else 1.0
-        if (t + 1) % d == 0:                # re-centre on the window mean and sum the window exactly
+        if (t + 1) % d == 0 and t - d + 1 >= start:     # re-centre on the window mean, sum it exactly
             for j in range(n):
                 cnt = d - nans[j]
                 if cnt > 0:
@@ -110,6 +112,8 @@ def ts_moments(x, y, d, kind):
                         cx = 0.0 if np.isnan(xv) else xv - ax[j]
                         sx[j] += cx
                         sxx[j] += cx * cx
+        if t < t0:
+            continue
         if t < d - 1:
             for j in range(n):
                 out[t, j] = NAN
@@ -145,14 +149,33 @@ def ts_moments(x, y, d, kind):
                 vy = syy[j] / d - my * my
                 ok = nans[j] == 0.0 and runx[j] < d and runy[j] < d and vx > 0.0 and vy > 0.0
                 out[t, j] = min(1.0, max(-1.0, cov / np.sqrt(vx * vy))) if ok else NAN
+
+
+@njit(cache=True)
+def _time_blocks(t_len, d):
+    """How many blocks of rows a streaming kernel splits into: each block re-reads 2d rows before it, so
+    long windows get fewer blocks. Depends only on the shape and window (never on the thread count), so
+    results are the same bytes on any number of cores."""
+    return max(1, min(MAX_TIME_BLOCKS, t_len // (8 * d)))
+
+
+@njit(cache=True, parallel=True)
+def ts_moments(x, y, d, kind):
+    """sum, mean, std, zscore (x only) or cov, corr (x with y) over the last d rows."""
+    t_len, n = x.shape
+    out = np.empty((t_len, n))
+    blocks = _time_blocks(t_len, d)
+    step = (t_len + blocks - 1) // blocks
+    for b in prange(blocks):
+        _moments_rows(x, y, d, kind, out, b * step, min(t_len, (b + 1) * step))
     return out
 
 
 @njit(cache=True, error_model="numpy")
-def ts_weighted(x, d, kind):
-    """decay_linear (weights d..1, today d), slope (OLS on 0..d-1) or ema (weights (1-a)^k, a = 2/(d+1))."""
+def _weighted_rows(x, d, kind, out, t0, t1):
+    """Rows t0..t1-1 of ts_weighted, the state rebuilt from row t0 - 2d (as in _moments_rows)."""
     t_len, n = x.shape
-    out = np.empty((t_len, n))
+    start = max(0, t0 - 2 * d)
     q = 1.0 - 2.0 / (d + 1.0)
     qd = q ** d
     wsum_ema = 0.0
@@ -164,26 +187,26 @@ def ts_weighted(x, d, kind):
     s = np.zeros(n)         # plain sum of centred values
     w = np.zeros(n)         # weighted sum of centred values
     nans = np.zeros(n)
-    for t in range(t_len):
+    for t in range(start, t1):
         for j in range(n):
             v = x[t, j]
             bad = np.isnan(v)
             c = 0.0 if bad else v - anchor[j]
             nans[j] += 1.0 if bad else 0.0
             old = 0.0
-            if t >= d:
+            if t - d >= start:
                 ov = x[t - d, j]
                 obad = np.isnan(ov)
                 old = 0.0 if obad else ov - anchor[j]
                 nans[j] -= 1.0 if obad else 0.0
             if kind == K_EMA:
                 w[j] = q * w[j] + c - qd * old
-            elif t >= d:
+            elif t - d >= start:
                 w[j] = w[j] - s[j] + d * c
             else:
-                w[j] = w[j] + (t + 1) * c
+                w[j] = w[j] + (t - start + 1) * c
             s[j] = s[j] + c - old
-        if (t + 1) % d == 0:                # re-centre on the window mean and sum the window exactly
+        if (t + 1) % d == 0 and t - d + 1 >= start:     # re-centre on the window mean, sum it exactly
             lo = t - d + 1
             for j in range(n):
                 cnt = d - nans[j]
@@ -198,6 +221,8 @@ def ts_weighted(x, d, kind):
                     ck = 0.0 if np.isnan(v) else v - anchor[j]
                     s[j] += ck
                     w[j] += wk * ck
+        if t < t0:
+            continue
         if t < d - 1 or (kind == K_SLOPE and d == 1):
             for j in range(n):
                 out[t, j] = NAN
@@ -210,6 +235,17 @@ def ts_weighted(x, d, kind):
         else:
             for j in range(n):
                 out[t, j] = (w[j] - s[j] - (d - 1) / 2.0 * s[j]) / sxx if nans[j] == 0.0 else NAN
+
+
+@njit(cache=True, parallel=True)
+def ts_weighted(x, d, kind):
+    """decay_linear (weights d..1, today d), slope (OLS on 0..d-1) or ema (weights (1-a)^k, a = 2/(d+1))."""
+    t_len, n = x.shape
+    out = np.empty((t_len, n))
+    blocks = _time_blocks(t_len, d)
+    step = (t_len + blocks - 1) // blocks
+    for b in prange(blocks):
+        _weighted_rows(x, d, kind, out, b * step, min(t_len, (b + 1) * step))
     return out
 
 
