@@ -81,12 +81,6 @@ class WorldGenerator:
         starts = list(range(1, panel.shape[0] - w + 1, w))
         return raw, z, starts
 
-    @torch.no_grad()
-    def _latents(self, z: np.ndarray, starts: list[int]) -> torch.Tensor:
-        w = self.model.window
-        x = torch.from_numpy(np.stack([z[s:s + w].transpose(1, 0, 2) for s in starts]))
-        return self.model.encode(x)
-
     def _decoder(self, z: np.ndarray, starts: list[int]) -> tuple[torch.Tensor, Any]:
         """Latents of the windows and a function: latent shift (K or 1, 1, d) -> decoded standardised
         features (K, N, W, F), the data's residuals carried over."""
