@@ -17,30 +17,44 @@ from alphagym.dsl.kernels import cs_rank
 
 @njit(cache=True, error_model="numpy")
 def _demean_scale(r: np.ndarray, min_valid: int) -> np.ndarray:
-    """Per row: subtract the mean over stocks with a value, divide by the sum of |deviations| (branch-free
-    loops over the row, so they vectorise); rows with fewer than min_valid values, or all tied, are flat."""
+    """Per row: subtract the mean over stocks with a value, divide by the sum of |deviations|; rows with
+    fewer than min_valid values, or all tied, are flat. The count is an integer and the sums run in four
+    interleaved partial sums, so no pass waits on one long chain of dependent float additions."""
     t_len, n = r.shape
     w = np.zeros((t_len, n))
     for t in range(t_len):
-        cnt = 0.0
-        s = 0.0
-        for i in range(n):
+        cnt = 0
+        s0 = s1 = s2 = s3 = 0.0
+        for i in range(0, n - 3, 4):
+            a, b, c, d = r[t, i], r[t, i + 1], r[t, i + 2], r[t, i + 3]
+            cnt += (a == a) + (b == b) + (c == c) + (d == d)
+            s0 += a if a == a else 0.0
+            s1 += b if b == b else 0.0
+            s2 += c if c == c else 0.0
+            s3 += d if d == d else 0.0
+        for i in range(n - n % 4, n):
             v = r[t, i]
-            ok = not np.isnan(v)
-            cnt += 1.0 if ok else 0.0
-            s += v if ok else 0.0
+            cnt += v == v
+            s0 += v if v == v else 0.0
         if cnt < min_valid:
             continue
-        m = s / cnt
-        g = 0.0
-        for i in range(n):
+        m = ((s0 + s1) + (s2 + s3)) / cnt
+        g0 = g1 = g2 = g3 = 0.0
+        for i in range(0, n - 3, 4):
+            a, b, c, d = r[t, i], r[t, i + 1], r[t, i + 2], r[t, i + 3]
+            g0 += abs(a - m) if a == a else 0.0
+            g1 += abs(b - m) if b == b else 0.0
+            g2 += abs(c - m) if c == c else 0.0
+            g3 += abs(d - m) if d == d else 0.0
+        for i in range(n - n % 4, n):
             v = r[t, i]
-            g += 0.0 if np.isnan(v) else abs(v - m)
+            g0 += abs(v - m) if v == v else 0.0
+        g = (g0 + g1) + (g2 + g3)
         if g <= 1e-12:          # all ties: no opinion, flat
             continue
         for i in range(n):
             v = r[t, i]
-            w[t, i] = 0.0 if np.isnan(v) else (v - m) / g
+            w[t, i] = (v - m) / g if v == v else 0.0
     return w
 
 
