@@ -450,53 +450,81 @@ def ts_window_scan(x, d, kind):
 
 @njit(cache=True, error_model="numpy")
 def _rank_rows(x, out, t0, t1):
-    """Rows t0..t1-1 of cs_rank. Values below (c) and equal values (e) are counted eight values at a time.
-    A row whose previous row had ties counts both in one pass (signals with ties tend to have them every
-    day); otherwise it counts values below first and equal values only if the counts show ties. Both
-    paths give the same numbers: the counts are exact integers."""
     n = x.shape[1]
-    ties = False
     for t in range(t0, t1):
         cnt = 0
         for i in range(n):
             cnt += not np.isnan(x[t, i])
-        total = 0
-        if ties:
+        for i0 in range(0, n, 8):
+            v0 = x[t, i0 + 0] if i0 + 0 < n else NAN
+            c0 = 0
+            v1 = x[t, i0 + 1] if i0 + 1 < n else NAN
+            c1 = 0
+            v2 = x[t, i0 + 2] if i0 + 2 < n else NAN
+            c2 = 0
+            v3 = x[t, i0 + 3] if i0 + 3 < n else NAN
+            c3 = 0
+            v4 = x[t, i0 + 4] if i0 + 4 < n else NAN
+            c4 = 0
+            v5 = x[t, i0 + 5] if i0 + 5 < n else NAN
+            c5 = 0
+            v6 = x[t, i0 + 6] if i0 + 6 < n else NAN
+            c6 = 0
+            v7 = x[t, i0 + 7] if i0 + 7 < n else NAN
+            c7 = 0
+            for k in range(n):
+                xk = x[t, k]
+                c0 += xk < v0
+                c1 += xk < v1
+                c2 += xk < v2
+                c3 += xk < v3
+                c4 += xk < v4
+                c5 += xk < v5
+                c6 += xk < v6
+                c7 += xk < v7
+            if i0 + 0 < n:
+                out[t, i0 + 0] = c0
+            if i0 + 1 < n:
+                out[t, i0 + 1] = c1
+            if i0 + 2 < n:
+                out[t, i0 + 2] = c2
+            if i0 + 3 < n:
+                out[t, i0 + 3] = c3
+            if i0 + 4 < n:
+                out[t, i0 + 4] = c4
+            if i0 + 5 < n:
+                out[t, i0 + 5] = c5
+            if i0 + 6 < n:
+                out[t, i0 + 6] = c6
+            if i0 + 7 < n:
+                out[t, i0 + 7] = c7
+        if cnt <= 1:
+            for i in range(n):
+                out[t, i] = NAN if np.isnan(x[t, i]) else 0.5
+            continue
+        total = 0.0
+        for i in range(n):
+            total += 0.0 if np.isnan(x[t, i]) else out[t, i]
+        if total != cnt * (cnt - 1) // 2:         # ties: add half of the other equal values
             for i0 in range(0, n, 8):
                 v0 = x[t, i0 + 0] if i0 + 0 < n else NAN
-                c0 = 0
                 e0 = 0
                 v1 = x[t, i0 + 1] if i0 + 1 < n else NAN
-                c1 = 0
                 e1 = 0
                 v2 = x[t, i0 + 2] if i0 + 2 < n else NAN
-                c2 = 0
                 e2 = 0
                 v3 = x[t, i0 + 3] if i0 + 3 < n else NAN
-                c3 = 0
                 e3 = 0
                 v4 = x[t, i0 + 4] if i0 + 4 < n else NAN
-                c4 = 0
                 e4 = 0
                 v5 = x[t, i0 + 5] if i0 + 5 < n else NAN
-                c5 = 0
                 e5 = 0
                 v6 = x[t, i0 + 6] if i0 + 6 < n else NAN
-                c6 = 0
                 e6 = 0
                 v7 = x[t, i0 + 7] if i0 + 7 < n else NAN
-                c7 = 0
                 e7 = 0
                 for k in range(n):
                     xk = x[t, k]
-                    c0 += xk < v0
-                    c1 += xk < v1
-                    c2 += xk < v2
-                    c3 += xk < v3
-                    c4 += xk < v4
-                    c5 += xk < v5
-                    c6 += xk < v6
-                    c7 += xk < v7
                     e0 += xk == v0
                     e1 += xk == v1
                     e2 += xk == v2
@@ -506,131 +534,21 @@ def _rank_rows(x, out, t0, t1):
                     e6 += xk == v6
                     e7 += xk == v7
                 if i0 + 0 < n:
-                    out[t, i0 + 0] = c0 + (e0 - 1) / 2.0
-                    total += 0 if np.isnan(v0) else c0
+                    out[t, i0 + 0] += (e0 - 1) / 2.0
                 if i0 + 1 < n:
-                    out[t, i0 + 1] = c1 + (e1 - 1) / 2.0
-                    total += 0 if np.isnan(v1) else c1
+                    out[t, i0 + 1] += (e1 - 1) / 2.0
                 if i0 + 2 < n:
-                    out[t, i0 + 2] = c2 + (e2 - 1) / 2.0
-                    total += 0 if np.isnan(v2) else c2
+                    out[t, i0 + 2] += (e2 - 1) / 2.0
                 if i0 + 3 < n:
-                    out[t, i0 + 3] = c3 + (e3 - 1) / 2.0
-                    total += 0 if np.isnan(v3) else c3
+                    out[t, i0 + 3] += (e3 - 1) / 2.0
                 if i0 + 4 < n:
-                    out[t, i0 + 4] = c4 + (e4 - 1) / 2.0
-                    total += 0 if np.isnan(v4) else c4
+                    out[t, i0 + 4] += (e4 - 1) / 2.0
                 if i0 + 5 < n:
-                    out[t, i0 + 5] = c5 + (e5 - 1) / 2.0
-                    total += 0 if np.isnan(v5) else c5
+                    out[t, i0 + 5] += (e5 - 1) / 2.0
                 if i0 + 6 < n:
-                    out[t, i0 + 6] = c6 + (e6 - 1) / 2.0
-                    total += 0 if np.isnan(v6) else c6
+                    out[t, i0 + 6] += (e6 - 1) / 2.0
                 if i0 + 7 < n:
-                    out[t, i0 + 7] = c7 + (e7 - 1) / 2.0
-                    total += 0 if np.isnan(v7) else c7
-            ties = total != cnt * (cnt - 1) // 2
-        else:
-            for i0 in range(0, n, 8):
-                v0 = x[t, i0 + 0] if i0 + 0 < n else NAN
-                c0 = 0
-                v1 = x[t, i0 + 1] if i0 + 1 < n else NAN
-                c1 = 0
-                v2 = x[t, i0 + 2] if i0 + 2 < n else NAN
-                c2 = 0
-                v3 = x[t, i0 + 3] if i0 + 3 < n else NAN
-                c3 = 0
-                v4 = x[t, i0 + 4] if i0 + 4 < n else NAN
-                c4 = 0
-                v5 = x[t, i0 + 5] if i0 + 5 < n else NAN
-                c5 = 0
-                v6 = x[t, i0 + 6] if i0 + 6 < n else NAN
-                c6 = 0
-                v7 = x[t, i0 + 7] if i0 + 7 < n else NAN
-                c7 = 0
-                for k in range(n):
-                    xk = x[t, k]
-                    c0 += xk < v0
-                    c1 += xk < v1
-                    c2 += xk < v2
-                    c3 += xk < v3
-                    c4 += xk < v4
-                    c5 += xk < v5
-                    c6 += xk < v6
-                    c7 += xk < v7
-                if i0 + 0 < n:
-                    out[t, i0 + 0] = c0
-                    total += 0 if np.isnan(v0) else c0
-                if i0 + 1 < n:
-                    out[t, i0 + 1] = c1
-                    total += 0 if np.isnan(v1) else c1
-                if i0 + 2 < n:
-                    out[t, i0 + 2] = c2
-                    total += 0 if np.isnan(v2) else c2
-                if i0 + 3 < n:
-                    out[t, i0 + 3] = c3
-                    total += 0 if np.isnan(v3) else c3
-                if i0 + 4 < n:
-                    out[t, i0 + 4] = c4
-                    total += 0 if np.isnan(v4) else c4
-                if i0 + 5 < n:
-                    out[t, i0 + 5] = c5
-                    total += 0 if np.isnan(v5) else c5
-                if i0 + 6 < n:
-                    out[t, i0 + 6] = c6
-                    total += 0 if np.isnan(v6) else c6
-                if i0 + 7 < n:
-                    out[t, i0 + 7] = c7
-                    total += 0 if np.isnan(v7) else c7
-            ties = total != cnt * (cnt - 1) // 2
-            if ties:                                  # add half of the other equal values
-                for i0 in range(0, n, 8):
-                    v0 = x[t, i0 + 0] if i0 + 0 < n else NAN
-                    e0 = 0
-                    v1 = x[t, i0 + 1] if i0 + 1 < n else NAN
-                    e1 = 0
-                    v2 = x[t, i0 + 2] if i0 + 2 < n else NAN
-                    e2 = 0
-                    v3 = x[t, i0 + 3] if i0 + 3 < n else NAN
-                    e3 = 0
-                    v4 = x[t, i0 + 4] if i0 + 4 < n else NAN
-                    e4 = 0
-                    v5 = x[t, i0 + 5] if i0 + 5 < n else NAN
-                    e5 = 0
-                    v6 = x[t, i0 + 6] if i0 + 6 < n else NAN
-                    e6 = 0
-                    v7 = x[t, i0 + 7] if i0 + 7 < n else NAN
-                    e7 = 0
-                    for k in range(n):
-                        xk = x[t, k]
-                        e0 += xk == v0
-                        e1 += xk == v1
-                        e2 += xk == v2
-                        e3 += xk == v3
-                        e4 += xk == v4
-                        e5 += xk == v5
-                        e6 += xk == v6
-                        e7 += xk == v7
-                    if i0 + 0 < n:
-                        out[t, i0 + 0] += (e0 - 1) / 2.0
-                    if i0 + 1 < n:
-                        out[t, i0 + 1] += (e1 - 1) / 2.0
-                    if i0 + 2 < n:
-                        out[t, i0 + 2] += (e2 - 1) / 2.0
-                    if i0 + 3 < n:
-                        out[t, i0 + 3] += (e3 - 1) / 2.0
-                    if i0 + 4 < n:
-                        out[t, i0 + 4] += (e4 - 1) / 2.0
-                    if i0 + 5 < n:
-                        out[t, i0 + 5] += (e5 - 1) / 2.0
-                    if i0 + 6 < n:
-                        out[t, i0 + 6] += (e6 - 1) / 2.0
-                    if i0 + 7 < n:
-                        out[t, i0 + 7] += (e7 - 1) / 2.0
-        if cnt <= 1:
-            for i in range(n):
-                out[t, i] = NAN if np.isnan(x[t, i]) else 0.5
-            continue
+                    out[t, i0 + 7] += (e7 - 1) / 2.0
         for i in range(n):
             out[t, i] = NAN if np.isnan(x[t, i]) else out[t, i] / (cnt - 1)
 

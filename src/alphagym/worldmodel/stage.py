@@ -115,7 +115,7 @@ def run_world_model(params: dict[str, Any]) -> dict[str, Any]:
             facts = compare_facts(base_facts, stylized_facts(world), params["stylized_tolerance"])
             exempt = set(cfg["facts_moved"].get(ch, []))
             facts_ok = all(r["ok"] for r in facts if r["fact"] not in exempt)
-            sd = gen.stat_sd[ch] if ch != "trend_flip" else gen.stat_sd["trend_flip"]
+            sd = gen.stat_sd[ch]
             report["channels"][ch] = {
                 "direction": direction_gate(base_stats, moved, sd, ch, float(cfg["min_move_sd"])),
                 "facts": {"pass": facts_ok, "exempt": sorted(exempt),
