@@ -101,6 +101,21 @@ def _baselines(model: WorldModel, data: WindowData, train_idx: np.ndarray, val_i
         }
 
 
+def validation_metrics(model: WorldModel, data: WindowData, train_idx: np.ndarray, val_idx: np.ndarray,
+                       gz: np.ndarray) -> dict[str, float]:
+    """The prediction gate's numbers: the model (unmasked context) against the two naive predictors."""
+    with torch.no_grad():
+        xv, yv, gv = (torch.from_numpy(a[val_idx]) for a in (data.x, data.y, gz))
+        out = model(xv, torch.zeros(xv.shape[:3], dtype=torch.bool))
+        tv = F.layer_norm(model.target(yv), (out["pred"].shape[-1],))
+        return {
+            "jepa_model": float(F.smooth_l1_loss(F.layer_norm(out["pred"], (out["pred"].shape[-1],)), tv)),
+            "geometry_model": float(F.mse_loss(out["geometry"], gv)),
+            **_baselines(model, data, train_idx, val_idx, gz),
+            "train_windows": float(len(train_idx)), "val_windows": float(len(val_idx)),
+        }
+
+
 def train_world_model(panel: Panel, cfg: dict[str, Any], seed: int,
                       log: Callable[[dict[str, float], int], None] | None = None,
                       progress: bool = True) -> TrainResult:
@@ -150,6 +165,8 @@ def train_world_model(panel: Panel, cfg: dict[str, Any], seed: int,
                               torch.Generator().manual_seed(seed + 1))
             val = {k: float(v) for k, v in _losses(model, xv, yv, gv, vmask, cfg).items()}
         row = {**{f"train_{k}": v / len(order) for k, v in sums.items()}, **{f"val_{k}": v for k, v in val.items()}}
+        gate = validation_metrics(model, data, train_idx, val_idx, gz)
+        row.update({f"gate_{k}": v for k, v in gate.items() if not k.endswith("_windows")})
         result.history.append(row)
         if log is not None:
             log(row, epoch)
@@ -168,14 +185,5 @@ def train_world_model(panel: Panel, cfg: dict[str, Any], seed: int,
     if best_state is not None:
         model.load_state_dict(best_state)
     model.eval()
-    with torch.no_grad():
-        xv, yv, gv = (torch.from_numpy(a[val_idx]) for a in (data.x, data.y, gz))
-        out = model(xv, torch.zeros(xv.shape[:3], dtype=torch.bool))
-        tv = F.layer_norm(model.target(yv), (out["pred"].shape[-1],))
-        result.validation = {
-            "jepa_model": float(F.smooth_l1_loss(F.layer_norm(out["pred"], (out["pred"].shape[-1],)), tv)),
-            "geometry_model": float(F.mse_loss(out["geometry"], gv)),
-            **_baselines(model, data, train_idx, val_idx, gz),
-            "train_windows": float(len(train_idx)), "val_windows": float(len(val_idx)),
-        }
+    result.validation = validation_metrics(model, data, train_idx, val_idx, gz)
     return result
