@@ -154,3 +154,19 @@ def test_results_do_not_depend_on_the_thread_count():
         numba.set_num_threads(before)
     for f, a, b in zip(formulas, full, one):
         np.testing.assert_array_equal(a, b, err_msg=f)
+
+
+def test_field_ranks_kept_across_formulas_are_exact_and_read_only():
+    """rank(<field>) outlives a formula; it must equal a fresh evaluation bit for bit, stay per field, and be
+    read-only so no caller can corrupt the next formula's value."""
+    ev = Evaluator(PANEL)
+    first = ev.evaluate(parse("rank(volume) - rank(close)"))
+    kept = ev.evaluate(parse("rank(volume)"))
+    assert not kept.flags.writeable
+    with pytest.raises(ValueError):
+        kept[0, 0] = 1.0
+    fresh = Evaluator(PANEL)
+    assert np.array_equal(kept, fresh.evaluate(parse("rank(volume)")), equal_nan=True)
+    assert np.array_equal(ev.evaluate(parse("rank(close)")), fresh.evaluate(parse("rank(close)")), equal_nan=True)
+    assert np.array_equal(first, ev.evaluate(parse("rank(volume) - rank(close)")), equal_nan=True)
+    assert not np.array_equal(kept, ev.evaluate(parse("rank(close)")), equal_nan=True)

@@ -2,6 +2,11 @@
 
 Common subexpressions are evaluated once per formula (frozen AST nodes are the cache keys). Every output
 is finite or NaN: kernels map overflow, division by zero and invalid logs to NaN.
+
+One result outlives a formula: the cross-sectional rank of a bare field (`rank(volume)`, `rank(close)`),
+a function of the panel alone and the commonest leaf of the Alpha101 vocabulary (31 of its 169 distinct
+ranks). It is computed on first use and kept read-only with the panel's fields, at most one array per
+field, so a stream of formulas does not rank the same field again.
 """
 
 from __future__ import annotations
@@ -33,6 +38,12 @@ def is_rank_root(node: Node) -> bool:
     return isinstance(node, Call) and node.op == "rank"
 
 
+def is_field_rank(node: Node) -> bool:
+    """`rank(<field>)`: depends on the panel only, so the evaluator keeps it across formulas."""
+    return (isinstance(node, Call) and node.op == "rank" and len(node.args) == 1 and isinstance(node.args[0], Field)
+            and node.window is None and node.param is None)
+
+
 class Evaluator:
     """Built once per panel; `evaluate` may be called for many formulas (the field arrays are shared)."""
 
@@ -42,6 +53,7 @@ class Evaluator:
         self.shape = panel.shape
         self.ctx = EvalContext(np.ascontiguousarray(panel.sector_codes(), dtype=np.int64))
         self.notes: list[str] = []
+        self._field_ranks: dict[Node, np.ndarray] = {}
 
     def field(self, name: str, pos: int | None = None) -> np.ndarray:
         if name in self.panel.fields and (name in DSL_FIELDS or name == "cap"):
@@ -65,6 +77,12 @@ class Evaluator:
             out = np.float64(node.value)      # element-wise ufuncs broadcast it; no full array
         elif isinstance(node, Field):
             out = self.field(node.name)
+        elif is_field_rank(node):
+            out = self._field_ranks.get(node)
+            if out is None:
+                out = OPS["rank"].kernel([self._eval(node.args[0], cache)], None, None, self.ctx)
+                out.flags.writeable = False
+                self._field_ranks[node] = out
         else:
             assert isinstance(node, Call)
             args = [self._eval(a, cache) for a in node.args]
