@@ -46,6 +46,32 @@ def test_shifted_worlds_are_complete_valid_panels(generator, channel):
     assert not np.allclose(w["close"], p["close"][1:])                 # the shift changed the market
 
 
+def test_crash_world_moves_only_its_episode_windows(generator):
+    """A crash world shifts a seeded share of the windows; the others reproduce the panel as the unshifted
+    world does, and the shifted ones get deeper crashes."""
+    p, g = generator
+    g.crash_share, g.seed = 0.5, 3
+    try:
+        w, base = g.generate(p, "crash", 2.0), g.generate(p, "volatility", 0.0)
+        chosen = g.crash_windows(len(range(1, p.shape[0] - g.model.window + 1, g.model.window)))
+    finally:
+        g.crash_share = 1.0
+    assert 0 < len(chosen) < 20 and np.array_equal(chosen, np.unique(chosen))
+    win = g.model.window
+    cc, cb = np.log(w["close"][1:] / w["close"][:-1]), np.log(base["close"][1:] / base["close"][:-1])
+    changed = np.flatnonzero(np.abs(cc - cb).max(axis=1) > 1e-5)
+    # window k holds feature rows 1 + k*win .. (k+1)*win; world row j is session j + 1, so return row j is
+    # feature row j + 2, which lies in window (j + 1) // win; allow one row either side for the stitching
+    near = set()
+    for k in chosen:
+        near.update(range(k * win - 3, (k + 1) * win + 1))
+    assert len(changed) and set(changed.tolist()) <= near
+    inside = [k for k in chosen if (k + 1) * win + 1 < len(cc)]
+    deeper = [window_statistics(cc[k * win:(k + 1) * win - 2])["crash"]
+              < window_statistics(cb[k * win:(k + 1) * win - 2])["crash"] for k in inside]
+    assert np.mean(deeper) > 0.5
+
+
 def test_probes_fit_in_sample(generator):
     _, g = generator
     assert set(g.probe_r2) == set(CHANNELS)

@@ -99,8 +99,8 @@ def run_world_model(params: dict[str, Any]) -> dict[str, Any]:
     with stage_run("world_model", params) as run:
         result = train_world_model(train, cfg, int(params["seed"]),
                                    log=lambda row, epoch: run.log_metrics(row, step=epoch))
-        gen = WorldGenerator(result.model, result.scaler, float(cfg["probe_ridge"]),
-                             float(cfg["max_latent_step"])).fit(train)
+        gen = WorldGenerator(result.model, result.scaler, float(cfg["probe_ridge"]), float(cfg["max_latent_step"]),
+                             float(cfg["crash_window_share"]), int(params["seed"])).fit(train)
         paths["worlds"].mkdir(parents=True, exist_ok=True)
         base_world = gen.generate(train, "volatility", 0.0)
         base_stats = panel_window_statistics(base_world, int(cfg["window"]))

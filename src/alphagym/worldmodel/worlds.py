@@ -5,7 +5,8 @@ stocks, market trend, mean correlation, volatility, crash depth), the direction 
 to every stock of a window, that moves the statistic of the *decoded* window fastest: the gradient of the
 statistic, averaged over the training windows, with respect to that shift. A world moves every window
 along it by the step that shifts the statistic by `magnitude` standard deviations (found by bisection on
-the training windows, capped at `max_step` latent norms); trend is flipped instead (each window by the step
+the training windows, capped at `max_step` latent norms); the crash world moves only a seeded share of the
+windows, since crashes are episodes; trend is flipped instead (each window by the step
 that takes its trend to minus itself). The first version used ridge probes from latents to the statistics:
 the latents carry trend and correlation (probe R^2 0.94 and 0.88) but moving along the probe barely moved
 the decoded trend or correlation (0.01 sd), since the probe direction is not one the decoder responds to.
@@ -68,6 +69,8 @@ class WorldGenerator:
     scaler: FeatureScaler
     ridge: float = 1.0
     max_step: float = 0.5          # largest shift, in mean latent norms (params: worldmodel.max_latent_step)
+    crash_share: float = 1.0       # share of windows a crash world shifts (params: worldmodel.crash_window_share)
+    seed: int = 0                  # picks those windows
     directions: dict[str, np.ndarray] = field(default_factory=dict)
     slopes: dict[str, float] = field(default_factory=dict)
     stat_sd: dict[str, float] = field(default_factory=dict)
@@ -126,22 +129,33 @@ class WorldGenerator:
 
     @torch.no_grad()
     def _step(self, decode: Any, key: str, unit: torch.Tensor, target: float) -> float:
-        """Step along `unit` that moves the windows' mean statistic by `target` (bisection; capped)."""
-        base = float(self._stat(decode, key, torch.zeros_like(unit)).mean())
+        """Step along `unit` (zero in windows left alone) that moves the mean statistic of the shifted
+        windows by `target` (bisection; capped)."""
+        zero = self._stat(decode, key, torch.zeros_like(unit))
+        moved = (unit.abs().sum(dim=(1, 2)) > 0).expand_as(zero)
+        base = float(zero[moved].mean())
         cap = self.max_step * self.latent_norm
         if target == 0.0:
             return 0.0
         sign = 1.0 if target > 0 else -1.0
         lo, hi = 0.0, cap
-        if sign * (float(self._stat(decode, key, sign * hi * unit).mean()) - base) < abs(target):
+        if sign * (float(self._stat(decode, key, sign * hi * unit)[moved].mean()) - base) < abs(target):
             return sign * hi                                     # the cap: moves as far as allowed
         for _ in range(30):
             mid = 0.5 * (lo + hi)
-            if sign * (float(self._stat(decode, key, sign * mid * unit).mean()) - base) < abs(target):
+            if sign * (float(self._stat(decode, key, sign * mid * unit)[moved].mean()) - base) < abs(target):
                 lo = mid
             else:
                 hi = mid
         return sign * hi
+
+    def crash_windows(self, n_windows: int) -> np.ndarray:
+        """Which windows a crash world shifts: a seeded `crash_share` of them. Crashes are episodes; a shift
+        of every window raised volatility evenly and on the real data halved the clustering of squared
+        returns (ACF 0.26 -> 0.12)."""
+        k = min(n_windows, max(1, int(round(self.crash_share * n_windows))))
+        rng = np.random.default_rng(self.seed)
+        return np.sort(rng.choice(n_windows, size=k, replace=False))
 
     @torch.no_grad()
     def generate(self, panel: Panel, channel: str, magnitude: float) -> Panel:
@@ -166,6 +180,10 @@ class WorldGenerator:
             delta = steps * grad / norm
         else:
             target = DIRECTION[channel] * magnitude * self.stat_sd[channel]
+            if channel == "crash":
+                which = torch.zeros(len(starts), 1, 1)
+                which[torch.from_numpy(self.crash_windows(len(starts)))] = 1.0
+                unit = unit * which
             delta = self._step(decode, key, unit, target) * unit
         out = z.copy()
         shifted_all = decode(delta)
