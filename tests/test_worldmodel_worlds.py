@@ -158,6 +158,25 @@ def test_r3_in_the_verifier(generator):
     assert stress_channel(1.0, [0.0], 0.4) == pytest.approx(-0.4 * np.log(2.0))
 
 
+def test_r3_spares_the_planted_effect_and_charges_a_slow_beta_tilt(generator):
+    """In the kept worlds' channels, the simulator's planted volume-variability effect holds up (R3 near 0)
+    and its planted high-beta trap, a slow tilt to volatile stocks that earns only from the path the market
+    took, loses (measured: -0.07 and -0.20; a book that does not trade at all is already invalid under R1's
+    turnover floor, so the slowest valid tilt is the test). On the tiny test model."""
+    from alphagym.config import load_params
+    from alphagym.verifier.verifier import Verifier
+
+    p, g = generator
+    worlds = {c: g.generate(p, c, 2.0) for c in ("trend_flip", "correlation", "crash")}
+    v = Verifier(p, load_params("params.yaml"), stress_worlds=worlds)
+    honest = v.score("rank(ts_std(volume, 20) / ts_mean(volume, 20))")
+    tilt = v.score("rank(ts_std(returns, 63))")
+    assert honest.valid and tilt.valid and honest.channels["cpcv"] > 0.5
+    assert honest.channels["jepa_stress"] > -0.12
+    assert tilt.channels["jepa_stress"] < -0.15 and tilt.channels["jepa_stress"] < 2 * honest.channels["jepa_stress"]
+    assert v.score("rank(ts_mean(close, 100))").error_type == "static_book"      # R1 already rejects it
+
+
 def test_gate_summary_drops_low_auc_channels_without_failing():
     from alphagym.worldmodel.stage import gate_summary
 
