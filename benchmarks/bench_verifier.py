@@ -45,6 +45,9 @@ def main() -> int:
     ap.add_argument("--kept-only", metavar="GATES_JSON",
                     help="with --stress-worlds: only the worlds this gate report kept, as the pipeline's verifier "
                          "loads them (results/world_model/gates.json)")
+    ap.add_argument("--cold", action="store_true",
+                    help="drop the rank(<field>) arrays the evaluators keep across formulas before every timed "
+                         "call (by default they stay, as in a stream of formulas, and fill during the warm-up)")
     args = ap.parse_args()
     params = load_params(ROOT / "params.yaml")
     prices, sectors, _ = load_source(params)
@@ -73,8 +76,16 @@ def main() -> int:
     ref = ReferenceEvaluator(train)
     t_ours = t_ref = 0.0
     valid = 0
+    evaluators = [verifier.evaluator] + [s.ev for s in (verifier.stress or {}).values()]
+
+    def score(a: str) -> None:
+        if args.cold:
+            for ev in evaluators:
+                ev.forget_field_ranks()
+        verifier.score(a, answer=True)
+
     for a in answers:
-        t_ours += best_time(lambda a=a: verifier.score(a, answer=True), 3)
+        t_ours += best_time(lambda a=a: score(a), 3)
         valid += verifier.score(a, answer=True).valid
         formula = a.split("<alpha>")[-1].split("</alpha>")[0]
         try:
@@ -85,7 +96,9 @@ def main() -> int:
             t_ref += best_time(lambda ast=ast: ref.evaluate(ast), 1 if args.quick else 2)
     n = len(answers)
     r3 = f"R3 on with {len(worlds)} worlds ({', '.join(worlds)})" if worlds else "R3 off"
-    print(f"panel {train.shape[0]} x {train.shape[1]} (train window); {n} answers, {valid} valid; one core; {r3}")
+    kept = "dropped before every call" if args.cold else "kept across formulas"
+    print(f"panel {train.shape[0]} x {train.shape[1]} (train window); {n} answers, {valid} valid; one core; {r3}; "
+          f"field ranks {kept}")
     print(f"scoring: {t_ours:.3f} s total, {n / t_ours:.1f} score cards/s, {t_ours / n * 1e3:.2f} ms per answer")
     print(f"pandas reference evaluation only: {t_ref:.3f} s total")
     print(f"full_scoring_vs_pandas_eval={t_ref / t_ours:.2f}")

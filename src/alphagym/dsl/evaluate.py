@@ -55,6 +55,10 @@ class Evaluator:
         self.notes: list[str] = []
         self._field_ranks: dict[Node, np.ndarray] = {}
 
+    def forget_field_ranks(self) -> None:
+        """Drop the kept `rank(<field>)` arrays (benchmarks use it to time every evaluation from scratch)."""
+        self._field_ranks.clear()
+
     def field(self, name: str, pos: int | None = None) -> np.ndarray:
         if name in self.panel.fields and (name in DSL_FIELDS or name == "cap"):
             return self.panel.fields[name]
