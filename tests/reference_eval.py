@@ -158,12 +158,24 @@ def _pop_kurt(v: np.ndarray) -> float:
 
 
 def _sp(x, a):
-    return np.sign(x) * np.abs(x) ** a
+    return _nan_in_nan_out(np.sign(x) * np.abs(x) ** a, x, a)
+
+
+def _pow(a, b):
+    return _nan_in_nan_out(a ** b, a, b)
+
+
+def _nan_in_nan_out(out, a, b):
+    """pow's NaN ^ 0 = 1 ^ NaN = 1 undone: element-wise operators map NaN in to NaN out (docs/dsl.md)."""
+    missing = np.isnan(np.asarray(a, dtype=float)) | np.isnan(np.asarray(b, dtype=float))
+    if not isinstance(out, pd.DataFrame):
+        return np.nan if missing else out
+    return out.mask(np.broadcast_to(missing, out.shape))
 
 
 _EW = {
     "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-    "div": lambda a, b: a / b, "pow": lambda a, b: a ** b, "power": lambda a, b: a ** b,
+    "div": lambda a, b: a / b, "pow": _pow, "power": _pow,
     "neg": lambda a: -a, "abs": lambda a: a.abs(), "sign": lambda a: np.sign(a),
     "log": lambda a: np.log(a.where(a > 0)), "sqrt": lambda a: np.sqrt(a.where(a >= 0)),
     "signedpower": _sp,

@@ -15,10 +15,11 @@ OURS, REF = Evaluator(PANEL), ReferenceEvaluator(PANEL)
 CASES = {
     "add": ["close + volume"], "sub": ["close - open"], "mul": ["close * returns"],
     "div": ["close / (volume - 300000)", "returns / returns"],
-    "pow": ["returns ^ 2", "close ^ 0.5", "returns ^ 0.5", "returns ^ 3", "(close - open) ^ -3", "returns ^ 0"],
+    "pow": ["returns ^ 2", "close ^ 0.5", "returns ^ 0.5", "returns ^ 3", "(close - open) ^ -3", "returns ^ 0",
+            "returns ^ (close * 0)", "(close / close) ^ returns"],
     "neg": ["-close"], "abs": ["abs(returns)"], "log": ["log(returns)", "log(close)"], "sign": ["sign(returns)"],
     "sqrt": ["sqrt(returns)"], "power": ["power(close, 1.5)", "power(returns, 5)"],
-    "signedpower": ["signedpower(returns, 0.5)"],
+    "signedpower": ["signedpower(returns, 0.5)", "signedpower(close / close, returns)"],
     "min": ["min(close, open)"], "max": ["max(close, open)"],
     "lt": ["close < open"], "le": ["volume <= 300000"], "gt": ["close > open"], "ge": ["volume >= 300000"],
     "eq": ["volume == 300000"], "ne": ["volume != 300000"], "or": ["(close > open) || (volume > 300000)"],
@@ -170,3 +171,22 @@ def test_field_ranks_kept_across_formulas_are_exact_and_read_only():
     assert np.array_equal(ev.evaluate(parse("rank(close)")), fresh.evaluate(parse("rank(close)")), equal_nan=True)
     assert np.array_equal(first, ev.evaluate(parse("rank(volume) - rank(close)")), equal_nan=True)
     assert not np.array_equal(kept, ev.evaluate(parse("rank(close)")), equal_nan=True)
+
+
+def test_weighted_windows_are_exact_on_constant_values():
+    """decay_linear / ema give the constant itself and slope exactly 0 on a window of equal values (the
+    running sums alone left ~1e-16, and a division by a decay_linear of zeros gave 1e16 instead of NaN)."""
+    from alphagym.dsl.kernels import K_DECAY, K_EMA, K_SLOPE, ts_weighted
+
+    x = np.random.default_rng(0).normal(size=(600, 5))
+    x[100:140, 0] = 0.0
+    x[300:360, 1] = 0.123456789
+    for kind in (K_DECAY, K_EMA, K_SLOPE):
+        for d in (2, 5, 20):
+            out = ts_weighted(x, d, kind)
+            want0, want1 = (0.0, 0.0) if kind == K_SLOPE else (0.0, 0.123456789)
+            assert (out[100 + d - 1:140, 0] == want0).all() and (out[300 + d - 1:360, 1] == want1).all()
+            assert np.isfinite(out[d - 1:]).all() and (out[100 + d - 2, 0] != want0)
+    ev = Evaluator(PANEL)
+    q = ev.evaluate(parse("close / ts_decay_linear(close * 0, 2)"))
+    assert np.isnan(q).all()

@@ -159,7 +159,7 @@ def _int_power_flat(a, k):
                 base[i] *= base[i]
     for i in range(a.size):
         v = 1.0 / r[i] if k < 0 else r[i]
-        r[i] = v if np.isfinite(v) else NAN
+        r[i] = v if np.isfinite(v) and not np.isnan(a[i]) else NAN      # NaN ^ 0 is NaN here, not 1
     return r
 
 
@@ -178,10 +178,18 @@ def power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return sqrt(a)
     if np.ndim(b) == 0 and float(b).is_integer() and abs(b) <= SMALL_INT_POWER and b not in (1.0, 2.0):
         return int_power(a, int(b))
-    out = np.power(a, b)
-    return finite_or_nan(out, out=out) if isinstance(out, np.ndarray) else finite_or_nan(out)
+    return _nan_in_nan_out(np.power(a, b), a, b)
 
 
 def signedpower(x: np.ndarray, a: np.ndarray) -> np.ndarray:
-    out = np.sign(x) * np.power(np.abs(x), a)
-    return finite_or_nan(out, out=out) if isinstance(out, np.ndarray) else finite_or_nan(out)
+    return _nan_in_nan_out(np.sign(x) * np.power(np.abs(x), a), x, a)
+
+
+def _nan_in_nan_out(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Non-finite -> NaN, and NaN wherever an input is NaN: libm's pow gives NaN ^ 0 = 1 ^ NaN = 1, which
+    would turn a missing value into a position (docs/dsl.md: element-wise operators, NaN in -> NaN out)."""
+    out = finite_or_nan(out, out=out) if isinstance(out, np.ndarray) else finite_or_nan(out)
+    missing = np.isnan(a) | np.isnan(b)
+    if np.any(missing):
+        out = np.where(missing, np.nan, out)
+    return out

@@ -173,7 +173,9 @@ def ts_moments(x, y, d, kind):
 
 @njit(cache=True, error_model="numpy")
 def _weighted_rows(x, d, kind, out, t0, t1):
-    """Rows t0..t1-1 of ts_weighted, the state rebuilt from row t0 - 2d (as in _moments_rows)."""
+    """Rows t0..t1-1 of ts_weighted, the state rebuilt from row t0 - 2d (as in _moments_rows). On a window
+    of equal values the output is exact (the value itself; slope 0): the running sums leave a ~1e-16
+    residue there, and a formula dividing by decay_linear of a rank that sat at 0 got 1e16 instead of NaN."""
     t_len, n = x.shape
     start = max(0, t0 - 2 * d)
     q = 1.0 - 2.0 / (d + 1.0)
@@ -187,7 +189,10 @@ def _weighted_rows(x, d, kind, out, t0, t1):
     s = np.zeros(n)         # plain sum of centred values
     w = np.zeros(n)         # weighted sum of centred values
     nans = np.zeros(n)
+    run = np.zeros(n)       # length of the run of equal values ending today (exact output on constant windows)
     for t in range(start, t1):
+        for j in range(n):
+            run[j] = run[j] + 1.0 if t > start and x[t, j] == x[t - 1, j] else 1.0
         for j in range(n):
             v = x[t, j]
             bad = np.isnan(v)
@@ -228,13 +233,16 @@ def _weighted_rows(x, d, kind, out, t0, t1):
                 out[t, j] = NAN
         elif kind == K_DECAY:
             for j in range(n):
-                out[t, j] = anchor[j] + w[j] / tri if nans[j] == 0.0 else NAN
+                v = x[t, j] if run[j] >= d else anchor[j] + w[j] / tri
+                out[t, j] = v if nans[j] == 0.0 else NAN
         elif kind == K_EMA:
             for j in range(n):
-                out[t, j] = anchor[j] + w[j] / wsum_ema if nans[j] == 0.0 else NAN
+                v = x[t, j] if run[j] >= d else anchor[j] + w[j] / wsum_ema
+                out[t, j] = v if nans[j] == 0.0 else NAN
         else:
             for j in range(n):
-                out[t, j] = (w[j] - s[j] - (d - 1) / 2.0 * s[j]) / sxx if nans[j] == 0.0 else NAN
+                v = 0.0 if run[j] >= d else (w[j] - s[j] - (d - 1) / 2.0 * s[j]) / sxx
+                out[t, j] = v if nans[j] == 0.0 else NAN
 
 
 @njit(cache=True, parallel=True)
