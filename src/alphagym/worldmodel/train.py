@@ -174,19 +174,21 @@ def train_world_model(panel: Panel, cfg: dict[str, Any], seed: int,
         if log is not None:
             log(row, epoch)
         epochs.set_postfix(val=f"{val['total']:.4f}")
-        row["val_stop_criterion"] = val["geometry"] * cfg["geometry_weight"] + val["recon"] * cfg["decoder_weight"]
         # stop on what does not move with the target encoder: the latent loss is measured against an EMA
         # target that changes every step, so it is not comparable across epochs
-        criterion = val["geometry"] * cfg["geometry_weight"] + val["recon"] * cfg["decoder_weight"]
+        criterion = row["val_stop_criterion"] = (val["geometry"] * cfg["geometry_weight"]
+                                                 + val["recon"] * cfg["decoder_weight"])
         if criterion < best - 1e-6:
             best, bad, result.best_epoch = criterion, 0, epoch
             best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            result.validation = gate          # the gate's numbers of exactly this state
         else:
             bad += 1
             if bad >= int(cfg["patience"]):
                 break
+    model.eval()
     if best_state is not None:
         model.load_state_dict(best_state)
-    model.eval()
-    result.validation = validation_metrics(model, data, train_idx, val_idx, gz)
+    else:                                     # no epoch improved on inf (NaN losses): score what is left
+        result.validation = validation_metrics(model, data, train_idx, val_idx, gz)
     return result
