@@ -56,7 +56,7 @@ def main() -> int:
     if args.stress_worlds:
         from pathlib import Path
 
-        from alphagym.data.panel import Panel
+        from alphagym.panel import Panel
 
         worlds = {p.stem: Panel.read_parquet(p) for p in sorted(Path(args.stress_worlds).glob("*.parquet"))}
         if args.kept_only:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from alphagym.data.panel import Panel
+from alphagym.panel import Panel
 
 
 def random_panel(days: int = 160, stocks: int = 9, seed: int = 0) -> Panel:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from alphagym.data.panel import Panel
+from alphagym.panel import Panel
 from alphagym.dsl.ast import Field, Node, Num
 
 

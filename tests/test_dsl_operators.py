@@ -131,7 +131,7 @@ def test_deterministic_to_the_bit():
 def test_extreme_scan_and_block_kernels_agree_bit_for_bit(d):
     """The two ts_max/min/argmax/argmin kernels (chosen by window length) give identical results, ties and
     NaN holes included."""
-    from alphagym.dsl import kernels as K
+    from alphagym import kernels as K
 
     x = np.round(PANEL.fields["volume"] / 1e5)          # many ties
     x[50:53, 2] = np.nan
@@ -176,7 +176,7 @@ def test_field_ranks_kept_across_formulas_are_exact_and_read_only():
 def test_weighted_windows_are_exact_on_constant_values():
     """decay_linear / ema give the constant itself and slope exactly 0 on a window of equal values (the
     running sums alone left ~1e-16, and a division by a decay_linear of zeros gave 1e16 instead of NaN)."""
-    from alphagym.dsl.kernels import K_DECAY, K_EMA, K_SLOPE, ts_weighted
+    from alphagym.kernels import K_DECAY, K_EMA, K_SLOPE, ts_weighted
 
     x = np.random.default_rng(0).normal(size=(600, 5))
     x[100:140, 0] = 0.0

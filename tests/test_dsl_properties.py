@@ -84,7 +84,7 @@ def test_cross_sectional_rank_matches_pandas_average_ranks(seed, n, levels, nan_
     widths that are not multiples of its eight-value blocks must all match pandas' average ranks."""
     import pandas as pd
 
-    from alphagym.dsl.kernels import cs_rank
+    from alphagym.kernels import cs_rank
 
     rng = np.random.default_rng(seed)
     x = rng.integers(0, levels, size=(40, n)).astype(float) + (rng.random((40, n)) if levels == 6 else 0.0)

@@ -7,7 +7,7 @@ from alphagym.config import load_params
 from alphagym.dsl.parser import parse
 from alphagym.engine.costs import train_cost_bps
 from alphagym.verifier import channels as ch
-from alphagym.verifier.cpcv import cpcv_statistic, make_slices, masked_sharpes
+from alphagym.engine.cpcv import cpcv_statistic, make_slices, masked_sharpes
 
 V = load_params("params.yaml")["verifier"]
 

@@ -132,7 +132,7 @@ def test_channel_aucs_run_on_worlds(generator):
 
 def test_r3_in_the_verifier(generator):
     from alphagym.config import load_params
-    from alphagym.verifier.stress import stress_channel
+    from alphagym.verifier.channels import jepa_stress as stress_channel
     from alphagym.verifier.verifier import Verifier
 
     p, g = generator
@@ -146,9 +146,9 @@ def test_r3_in_the_verifier(generator):
     assert "jepa_stress" in v0.score(f).skipped and v0.score(f).channels["jepa_stress"] == 0.0
     c1 = v1.score(f)
     from alphagym.dsl.parser import parse
-    from alphagym.verifier.stress import BookScorer
+    from alphagym.engine.scorer import BookScorer
 
-    same_days = BookScorer(p.slice_days(1, p.shape[0]), params).cpcv(parse(f))   # the world starts a day later
+    same_days = BookScorer(p.slice_days(1, p.shape[0]), params["verifier"]).cpcv(parse(f))   # the world starts a day later
     assert c1.metrics["cpcv_world_identity"] == pytest.approx(same_days, abs=1e-3)
     c2 = v2.score(f)
     want = stress_channel(c2.channels["cpcv"], [c2.metrics["cpcv_world_vol"], c2.metrics["cpcv_world_crash"]], 0.4)

@@ -60,7 +60,7 @@ def cmd_dag(args: argparse.Namespace) -> int:
 
 
 def cmd_stylized(args: argparse.Namespace) -> int:
-    from alphagym.data.panel import Panel
+    from alphagym.panel import Panel
     from alphagym.data.stylized import stylized_facts
 
     print(json.dumps(stylized_facts(Panel.read_parquet(args.panel)), indent=1))

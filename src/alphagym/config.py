@@ -1,6 +1,8 @@
-"""Load params.yaml, merge the selected profile and `--set` overrides.
+"""Load params.yaml, merge the selected profile and `--set` overrides, validate into `Params`.
 
-One loader for the CLI, Snakemake and the tests, so that all three see the same numbers.
+One loader for the CLI, Snakemake and the tests, so that all three see the same numbers. Validation
+happens here, once: an unknown key, a wrong type or an out-of-range value fails at load with one message
+naming the key, the value and what is allowed (`alphagym.params` holds the models).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import yaml
 
 from alphagym.errors import ConfigError
+from alphagym.params import Params
 
 DEFAULT_PARAMS = Path("params.yaml")
 
@@ -82,12 +85,33 @@ def apply_overrides(params: dict[str, Any], overrides: Iterable[str], *, source:
     return out
 
 
+def _describe(error: dict[str, Any]) -> str:
+    key = ".".join(str(p) for p in error["loc"])
+    given = error.get("input")
+    shown = "missing" if error["type"] == "missing" else f"= {given!r}"
+    if isinstance(given, Mapping) and error["type"] != "missing":
+        shown = "(the block)"        # a cross-field rule: the message names the fields
+    return f"{key or '(top level)'} {shown}: {error['msg']}"
+
+
+def validate(raw: Mapping[str, Any], source: str) -> Params:
+    """`Params` from a merged mapping, or one ConfigError listing every bad key."""
+    from pydantic import ValidationError
+
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as exc:
+        lines = [_describe(e) for e in exc.errors(include_url=False)]
+        raise ConfigError(f"{source}: invalid parameters:\n  " + "\n  ".join(lines)) from None
+
+
 def load_params(path: str | Path = DEFAULT_PARAMS, overrides: Iterable[str] = (),
-                profile: str | None = None) -> dict[str, Any]:
-    """Read params, apply overrides, then merge `profiles[profile]` over the result.
+                profile: str | None = None) -> Params:
+    """Read params, apply overrides, merge `profiles[profile]` over the result, validate.
 
     Overrides are applied twice: before (so `--set profile=real` selects the profile) and after the
-    profile merge (so a `--set` always wins over the profile's value).
+    profile merge (so a `--set` always wins over the profile's value). Every profile is validated too, so
+    a typo in one that is not selected still fails at once.
     """
     path = Path(path)
     if not path.is_file():
@@ -102,13 +126,20 @@ def load_params(path: str | Path = DEFAULT_PARAMS, overrides: Iterable[str] = ()
     params = apply_overrides(raw, overrides, source=str(path))
     name = profile or params.get("profile", "default")
     profiles = params.pop("profiles", {}) or {}
+    if not isinstance(profiles, dict) or not all(isinstance(v, dict) for v in profiles.values()):
+        raise ConfigError(f"{path}: profiles must map each profile name to a block of params")
+    if name not in ("default", None) and name not in profiles:
+        raise ConfigError(f"{path}: profile {name!r} not defined (known: {sorted(profiles)})")
+    base = params
     if name not in ("default", None):
-        if name not in profiles:
-            raise ConfigError(f"{path}: profile {name!r} not defined (known: {sorted(profiles)})")
         params = deep_merge(params, profiles[name])
         params = apply_overrides(params, overrides, source=str(path))
     params["profile"] = name or "default"
-    return params
+    out = validate(params, str(path) if name in ("default", None) else f"{path} (profile {name!r})")
+    for other, block in profiles.items():
+        if other != name:
+            validate({**deep_merge(base, block), "profile": other}, f"{path} (profile {other!r})")
+    return out
 
 
 def get(params: Mapping[str, Any], dotted: str) -> Any:

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from alphagym.data.calendar import sessions
-from alphagym.data.panel import Panel
+from alphagym.panel import Panel
 from alphagym.errors import DataError
 
 PRICE_COLS = ["open", "high", "low", "close", "adjusted_close"]

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from alphagym.data.panel import Panel
+from alphagym.panel import Panel
 from alphagym.data.stylized import _acf, stylized_facts
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from alphagym.data.panel import Panel
+from alphagym.panel import Panel
 
 
 def _acf(x: np.ndarray, lags: tuple[int, ...]) -> float:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from alphagym.dsl.registry import OPS
+from alphagym.panel import DSL_FIELDS as _FIELDS
 
-_FIELDS = ("open", "high", "low", "close", "volume", "returns", "vwap")
 _INFIX = {spec.infix: name for name, spec in OPS.items() if spec.infix}
 
 

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from alphagym.dsl import elementwise as E
-from alphagym.dsl import kernels as K
+from alphagym import kernels as K
+from alphagym.panel import DSL_FIELDS
 
 Array = np.ndarray
 
@@ -151,5 +152,5 @@ ALIASES = {
     "ts_argmax": "ts_argmax", "ts_argmin": "ts_argmin", "ts_rank": "ts_rank",
 }
 
-FIELDS = ("open", "high", "low", "close", "volume", "returns", "vwap", "cap")
+FIELDS = (*DSL_FIELDS, "cap")    # cap: market capitalisation, read when a panel carries it
 GROUPS = ("sector", "industry", "subindustry")

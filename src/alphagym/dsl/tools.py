@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from alphagym.config import results_dir
-from alphagym.data.panel import Panel
+from alphagym.panel import Panel
 from alphagym.dsl.alpha101 import alpha101, describe
 from alphagym.dsl.canonical import canonical, fields_used, node_count, operators_used
 from alphagym.dsl.evaluate import DSL_FIELDS, Evaluator

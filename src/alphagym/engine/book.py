@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from alphagym.dsl.kernels import cs_rank
+from alphagym.kernels import cs_rank
 
 
 @njit(cache=True, error_model="numpy")

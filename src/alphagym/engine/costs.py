@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from alphagym.dsl.kernels import K_MEAN, K_STD, ts_moments
+from alphagym.kernels import K_MEAN, K_STD, ts_moments
 
 
 def train_cost_bps(cfg: dict[str, Any]) -> float:

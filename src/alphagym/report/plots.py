@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from alphagym.data.panel import Panel
+from alphagym.panel import Panel
 
 
 def _plt():
@@ -81,7 +81,7 @@ def stylized_figure(real: Panel, sim: Panel, path: str | Path, title: str = "") 
 def book_figure(card: Any, verifier: Any, path: str | Path) -> Path:
     """Cumulative net and gross P&L with the CPCV blocks, daily turnover, and 63-day rolling IC."""
     plt = _plt()
-    from alphagym.verifier.cpcv import block_bounds
+    from alphagym.engine.cpcv import block_bounds
 
     dates = verifier.panel.dates[:-2][verifier.rows]
     book = verifier.book(verifier.evaluator.evaluate(_parse(card.formula, verifier)))

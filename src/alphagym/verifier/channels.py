@@ -19,6 +19,13 @@ def factor_neutrality(raw_sharpe: float, residual_sharpe: float, cfg: dict[str, 
     return -cfg["scale"] * float(np.clip(raw_sharpe - residual_sharpe, 0.0, cfg["clip"])) + 0.0
 
 
+def jepa_stress(base_cpcv: float, world_cpcvs: list[float], scale: float) -> float:
+    """R3: -min(1, 0.4 * log(1 + mean over kept worlds of max(0, CPCV_base - CPCV_world))), the same CPCV and
+    training costs as R1. A formula that holds up in every world pays 0; a drop of e - 1 = 1.72 pays -0.4."""
+    drops = [max(0.0, base_cpcv - w) for w in world_cpcvs]
+    return -min(1.0, scale * float(np.log1p(np.mean(drops)))) + 0.0 if drops else 0.0
+
+
 def turnover_penalty(turnover: float, cfg: dict[str, Any]) -> float:
     """R5: -2 * max(0, turnover - 0.5)."""
     return -cfg["slope"] * max(0.0, turnover - cfg["cap"]) + 0.0      # + 0.0: no -0.0 in score cards

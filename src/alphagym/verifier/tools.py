@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from alphagym.config import results_dir
-from alphagym.data.panel import Panel
+from alphagym.panel import Panel
 from alphagym.dsl.alpha101 import alpha101
 from alphagym.dsl.evaluate import DSL_FIELDS
 from alphagym.dsl.parser import Limits

@@ -16,28 +16,17 @@ from typing import Any
 
 import numpy as np
 
-from alphagym.data.panel import Panel
 from alphagym.dsl.answer import extract
 from alphagym.dsl.canonical import canonical, fields_used, node_count
 from alphagym.dsl.errors import AnswerTagError, DslError
-from alphagym.dsl.evaluate import Evaluator, is_rank_root
+from alphagym.dsl.evaluate import is_rank_root
 from alphagym.dsl.parser import Limits, lookback, parse
-from alphagym.engine.book import (
-    Book,
-    daily_ic,
-    forward_open_returns,
-    gross_pnl,
-    market_forward,
-    turnover,
-    weights_from_signal,
-)
-from alphagym.engine.costs import HoldoutCosts, train_cost
+from alphagym.engine.book import Book, market_forward
+from alphagym.engine.scorer import BookScorer
+from alphagym.panel import Panel
 from alphagym.verifier import channels as ch
 from alphagym.verifier.archive import NoveltyArchive
-from alphagym.verifier.cpcv import cpcv_statistic, make_slices, masked_sharpes
 from alphagym.verifier.factors import FACTOR_NAMES, factor_returns, residual_sharpe_gap
-from alphagym.verifier.stress import BookScorer, stress_channel
-
 
 @dataclass
 class ScoreCard:
@@ -83,35 +72,28 @@ class Verifier:
         self.panel = panel
         self.limits = Limits.from_params(params["dsl"]["limits"])
         self.buckets = tuple(params["dsl"]["window_buckets"])
-        self.evaluator = Evaluator(panel)
-        self.min_valid = int(self.cfg["book"]["min_valid_stocks"])
-        self.fwd = forward_open_returns(panel["open"])
-        self.market = market_forward(self.fwd)
         # P&L rows that count: all train rows; in the holdout panel only the holdout year (not the warm-up)
-        self.rows = np.ones(len(self.fwd) - 2, bool) if window == "train" else panel.in_holdout[:-2].copy()
-        c = self.cfg["cpcv"]
-        self.slices = make_slices(int(self.rows.sum()), c["blocks"], c["test_blocks"], c["purge"], c["embargo"])
-        self.holdout_costs = (HoldoutCosts(panel["returns"], panel["dollar_volume"], self.cfg["costs"]["holdout"])
-                              if window == "holdout" else None)
+        rows = None if window == "train" else panel.in_holdout[:-2].copy()
+        self.scorer = BookScorer(panel, self.cfg, rows, holdout_costs=window == "holdout")
+        self.evaluator = self.scorer.evaluator
+        self.min_valid = self.scorer.min_valid
+        self.fwd = self.scorer.fwd
+        self.market = market_forward(self.fwd)
+        self.rows = self.scorer.rows
+        self.slices = self.scorer.slices
         self.factors = factor_returns(panel, self.fwd, self.cfg["factor_neutrality"], self.min_valid)[self.rows]
         n = int(self.rows.sum())
         self.archive = archive if archive is not None else NoveltyArchive(n, self.cfg["novelty_pnl"]["capacity"])
         if window == "train" and self.archive.length != n:
             raise ValueError(f"archive holds P&L of length {self.archive.length}, this panel gives {n}")
         # R3: one scorer per kept stress world (train window only)
-        self.stress = ({name: BookScorer(p, params) for name, p in stress_worlds.items()}
+        self.stress = ({name: BookScorer(p, self.cfg) for name, p in stress_worlds.items()}
                        if stress_worlds and window == "train" else None)
         self.stress_worlds = stress_worlds or {}
 
     # --- single answer ---
     def book(self, signal: np.ndarray, ranked: bool = False) -> Book:
-        w = weights_from_signal(signal, self.min_valid, ranked)
-        to = turnover(w)
-        gross = gross_pnl(w, self.fwd)
-        cost = (self.holdout_costs.cost(w) if self.holdout_costs is not None
-                else train_cost(to[:-2], self.cfg["costs"]["train"]))
-        flat = np.abs(w).sum(axis=1) == 0
-        return Book(w, to, gross, cost, gross - cost, daily_ic(w, self.fwd), flat)
+        return self.scorer.book(signal, ranked)
 
     def _invalid(self, card: ScoreCard, score_key: str, reason: str, error_type: str) -> ScoreCard:
         card.valid, card.reason, card.error_type = False, reason, error_type
@@ -158,10 +140,7 @@ class Verifier:
             return self._invalid(card, "degenerate_score", f"turnover {mean_turnover:.2%}/day is below "
                                  f"{self.cfg['min_turnover']['invalid_below']:.0%}: a static book", "static_book")
         # R1 CPCV on the net P&L
-        c = self.cfg["cpcv"]
-        test_sr = masked_sharpes(net, self.slices.test)
-        in_sr = masked_sharpes(net, self.slices.insample)
-        cpcv = cpcv_statistic(test_sr, c["std_penalty"])
+        cpcv, test_sr, in_sr = self.scorer.cpcv_sharpes(net)
         card.pnl, card.test_sharpes, card.insample_sharpes = net, test_sr, in_sr
         ic = float(np.nanmean(ic_series)) if np.isfinite(ic_series).any() else 0.0
         raw_sr, resid_sr, betas, r2 = residual_sharpe_gap(net, self.factors)
@@ -187,7 +166,7 @@ class Verifier:
             metrics["holdout_score"] = float(np.clip(cpcv + turnover_pen, -clip, clip))
         if self.stress:
             world_cpcv = {name: sc.cpcv(ast) for name, sc in self.stress.items()}
-            chans["jepa_stress"] = stress_channel(cpcv, list(world_cpcv.values()), self.cfg["jepa_stress"]["scale"])
+            chans["jepa_stress"] = ch.jepa_stress(cpcv, list(world_cpcv.values()), self.cfg["jepa_stress"]["scale"])
             metrics.update({f"cpcv_world_{k}": v for k, v in world_cpcv.items()})
         else:
             card.skipped["jepa_stress"] = ("off: verifier.jepa_stress.enabled is false, or the world-model gates "

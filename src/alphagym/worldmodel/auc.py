@@ -13,12 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from alphagym.data.panel import Panel
 from alphagym.dsl.errors import DslError
 from alphagym.dsl.parser import parse
 from alphagym.engine.book import sharpe
-from alphagym.verifier.cpcv import cpcv_statistic, masked_sharpes
-from alphagym.verifier.stress import BookScorer
+from alphagym.engine.scorer import BookScorer
+from alphagym.panel import Panel
 
 
 def auc(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -33,9 +32,10 @@ def auc(scores: np.ndarray, labels: np.ndarray) -> float:
 def channel_aucs(train: Panel, worlds: dict[str, Panel], formulas: list[str], split: int, params: dict[str, Any],
                  degrade_sharpe: float) -> dict[str, Any]:
     """`split`: first session of the late part (train-panel index); worlds start one session later."""
-    early = BookScorer(train.slice_days(0, split), params)
-    late = BookScorer(train.slice_days(split, train.shape[0]), params)
-    world_early = {c: BookScorer(p.slice_days(0, split - 1), params) for c, p in worlds.items()}
+    v = params["verifier"]
+    early = BookScorer(train.slice_days(0, split), v)
+    late = BookScorer(train.slice_days(split, train.shape[0]), v)
+    world_early = {c: BookScorer(p.slice_days(0, split - 1), v) for c, p in worlds.items()}
     rows = []
     for text in formulas:
         try:
@@ -45,7 +45,7 @@ def channel_aucs(train: Panel, worlds: dict[str, Panel], formulas: list[str], sp
         e = early.net(ast)
         if float(np.abs(e).sum()) == 0.0:
             continue                                   # a flat book says nothing about degradation
-        base = cpcv_statistic(masked_sharpes(e, early.slices.test), early.std_penalty)
+        base = early.cpcv_of_net(e)
         drops = {c: max(0.0, base - s.cpcv(ast)) for c, s in world_early.items()}
         rows.append((sharpe(e) - sharpe(late.net(ast)) > degrade_sharpe, drops))
     labels = np.array([r[0] for r in rows])

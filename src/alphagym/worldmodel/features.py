@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from alphagym.data.panel import Panel
+from alphagym.panel import Panel
 
 FEATURES = ("oo", "cc", "range", "dlogvol", "gap")
 

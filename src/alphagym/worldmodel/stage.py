@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from alphagym.config import results_dir
-from alphagym.data.panel import Panel
+from alphagym.panel import Panel
 from alphagym.data.stylized import compare_facts, stylized_facts
 from alphagym.errors import AlphagymError
 from alphagym.tracking import stage_run

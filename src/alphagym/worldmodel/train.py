@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F  # noqa: N812
 
-from alphagym.data.panel import Panel
+from alphagym.panel import Panel
 from alphagym.worldmodel.features import FeatureScaler, make_features
 from alphagym.worldmodel.geometry import TARGET_NAMES, correlation, geometry_targets
 from alphagym.worldmodel.model import WorldModel, span_mask

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from alphagym.data.panel import Panel
+from alphagym.panel import Panel
 from alphagym.worldmodel.features import FEATURES, FeatureScaler, features_to_panel, make_features
 from alphagym.worldmodel.geometry import correlation
 from alphagym.worldmodel.model import WorldModel

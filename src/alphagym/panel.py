@@ -15,7 +15,11 @@ import pandas as pd
 
 from alphagym.errors import DataError
 
-PANEL_FIELDS = ("open", "high", "low", "close", "volume", "returns", "vwap", "dollar_volume", "market_return")
+# The one list of fields. PRICE_FIELDS come from the source; DSL_FIELDS are what a formula may read;
+# PANEL_FIELDS are what a panel file stores (the last two feed costs and the market factor, not formulas).
+PRICE_FIELDS = ("open", "high", "low", "close", "volume")
+DSL_FIELDS = (*PRICE_FIELDS, "returns", "vwap")
+PANEL_FIELDS = (*DSL_FIELDS, "dollar_volume", "market_return")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,75 @@
+"""One path from a formula to its score: signal -> dollar-neutral book -> costs -> net P&L -> CPCV.
+
+The verifier (R1 and every book metric), the stress channel R3 (the same formula in each stress world) and
+the world model's AUC gate all score through `BookScorer`, so a change to the book, the costs or the CPCV
+reaches all three at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from alphagym.dsl.ast import Node
+from alphagym.dsl.evaluate import Evaluator, is_rank_root
+from alphagym.engine.book import Book, daily_ic, forward_open_returns, gross_pnl, turnover, weights_from_signal
+from alphagym.engine.costs import HoldoutCosts, train_cost
+from alphagym.engine.cpcv import Slices, cpcv_statistic, make_slices, masked_sharpes
+from alphagym.panel import Panel
+
+
+class BookScorer:
+    """Books and CPCV of formulas on one panel.
+
+    `verifier` is the `verifier` params block (book, costs, cpcv). `rows` selects the P&L rows that count
+    (default: all T - 2); CPCV slices are cut over those rows. `holdout_costs=True` charges the per-stock
+    holdout cost model instead of the flat training cost.
+    """
+
+    def __init__(self, panel: Panel, verifier: Mapping[str, Any], rows: np.ndarray | None = None,
+                 holdout_costs: bool = False) -> None:
+        self.panel = panel
+        self.evaluator = Evaluator(panel)
+        self.fwd = forward_open_returns(panel["open"])
+        self.min_valid = int(verifier["book"]["min_valid_stocks"])
+        self.rows = np.ones(panel.shape[0] - 2, bool) if rows is None else rows
+        self.train_costs = verifier["costs"]["train"]
+        self.holdout_costs = (HoldoutCosts(panel["returns"], panel["dollar_volume"], verifier["costs"]["holdout"])
+                              if holdout_costs else None)
+        c = verifier["cpcv"]
+        self.slices: Slices = make_slices(int(self.rows.sum()), c["blocks"], c["test_blocks"], c["purge"],
+                                          c["embargo"])
+        self.std_penalty = float(c["std_penalty"])
+
+    def _cost(self, w: np.ndarray, to: np.ndarray) -> np.ndarray:
+        if self.holdout_costs is not None:
+            return self.holdout_costs.cost(w)
+        return train_cost(to[:-2], self.train_costs)
+
+    def book(self, signal: np.ndarray, ranked: bool = False) -> Book:
+        """The full book of a signal: weights, turnover, gross, cost, net, IC, flat days."""
+        w = weights_from_signal(signal, self.min_valid, ranked)
+        to = turnover(w)
+        gross = gross_pnl(w, self.fwd)
+        cost = self._cost(w, to)
+        flat = np.abs(w).sum(axis=1) == 0
+        return Book(w, to, gross, cost, gross - cost, daily_ic(w, self.fwd), flat)
+
+    def net(self, ast: Node) -> np.ndarray:
+        """Net daily P&L of a formula (all T - 2 rows), without the IC and flat-day bookkeeping of `book`."""
+        w = weights_from_signal(self.evaluator.evaluate(ast), self.min_valid, is_rank_root(ast))
+        return gross_pnl(w, self.fwd) - self._cost(w, turnover(w))
+
+    def cpcv_sharpes(self, net_rows: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        """(CPCV statistic, test-slice Sharpes, in-sample Sharpes) of a net P&L already cut to `rows`."""
+        test = masked_sharpes(net_rows, self.slices.test)
+        return cpcv_statistic(test, self.std_penalty), test, masked_sharpes(net_rows, self.slices.insample)
+
+    def cpcv_of_net(self, net_rows: np.ndarray) -> float:
+        return cpcv_statistic(masked_sharpes(net_rows, self.slices.test), self.std_penalty)
+
+    def cpcv(self, ast: Node) -> float:
+        """CPCV of a formula's net P&L over `rows`."""
+        return self.cpcv_of_net(self.net(ast)[self.rows])

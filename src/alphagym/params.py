@@ -1,0 +1,464 @@
+"""The typed, validated parameters: one pydantic model per area, composed into `Params`.
+
+Why pydantic (v2) rather than validated dataclasses: it reports every bad key at once with its location,
+the value given and the constraint, validates nested mappings and cross-field rules in one declaration,
+and rejects unknown keys (`extra="forbid"`); hand-written dataclass checks would repeat all of that.
+
+`params.yaml` is the one place where values live: no field here has a default, so a key missing from the
+file is an error, not a silently different number. Each field carries a type, a range and a one-line
+description. The models are frozen; `[]`, `.get`, `keys`, `items` and `in` work as on the mapping they were
+read from, so the code reads `params["verifier"]["cpcv"]` and `params.verifier.cpcv` alike.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator, Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+NonNeg = Annotated[float, Field(ge=0)]
+Share = Annotated[float, Field(ge=0, le=1)]
+PosInt = Annotated[int, Field(ge=1)]
+NonNegInt = Annotated[int, Field(ge=0)]
+
+
+class Section(BaseModel):
+    """A block of params: frozen, no unknown keys, no NaN or infinity, readable like a mapping."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, validate_default=True)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in type(self).model_fields:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key) if key in type(self).model_fields else default
+
+    def __iter__(self) -> Iterator[str]:      # type: ignore[override]  # keys, as a mapping iterates
+        return iter(type(self).model_fields)
+
+    def __contains__(self, key: object) -> bool:
+        return key in type(self).model_fields
+
+    def keys(self) -> list[str]:
+        return list(type(self).model_fields)
+
+    def items(self) -> Iterator[tuple[str, Any]]:
+        return ((k, getattr(self, k)) for k in type(self).model_fields)
+
+    def values(self) -> Iterator[Any]:
+        return (getattr(self, k) for k in type(self).model_fields)
+
+    def __len__(self) -> int:
+        return len(type(self).model_fields)
+
+
+Mapping.register(Section)     # isinstance(section, Mapping) holds, as for the dict it was read from
+
+
+def _iso_date(value: Any) -> str:
+    if isinstance(value, dt.date):          # YAML reads an unquoted 2012-06-29 (e.g. in `--set`) as a date
+        return value.isoformat()
+    try:
+        dt.date.fromisoformat(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"must be a date written YYYY-MM-DD, got {value!r}") from None
+    return value
+
+
+# --- data -------------------------------------------------------------------------------------------------
+
+Action = Literal["error", "repair"]
+
+
+class Validation(Section):
+    duplicate_dates: Action = Field(description="identical duplicate rows: keep one (repair) or fail")
+    non_positive_price: Action = Field(description="a price <= 0")
+    high_low: Action = Field(description="high below low")
+    ohlc_bounds: Action = Field(description="open/close outside [low, high]: widen the range (repair)")
+    non_positive_volume: Action = Field(description="volume <= 0: treat as missing and fill (repair)")
+    missing_sessions: Action = Field(description="sessions absent from a file: forward fill (repair)")
+    late_start_early_end: Action = Field(description="a ticker starting late or ending early")
+    max_fill_gap: NonNegInt = Field(description="longest run of sessions a repair may fill")
+
+
+class Data(Section):
+    source: Literal["synthetic", "csv", "yfinance"] = Field(description="where raw prices come from")
+    csv_dir: str = Field(description="folder of per-ticker CSV files (source csv)")
+    csv_format: Literal["auto", "alphavantage", "plain"] = Field(description="CSV layout")
+    sectors_file: str | None = Field(description="ticker,sector file inside csv_dir (optional)")
+    calendar: str = Field(pattern=r"^[A-Za-z0-9_]+$", description="exchange_calendars code of the trading calendar, "
+                          "e.g. XNYS (checked against exchange_calendars when the data stages first read it: "
+                          "importing it costs a second every other command would pay)")
+    start: str = Field(description="first train session (YYYY-MM-DD)")
+    train_end: str = Field(description="last train session")
+    holdout_start: str = Field(description="first holdout session")
+    end: str = Field(description="last holdout session")
+    holdout_warmup_sessions: NonNegInt = Field(description="train sessions copied before the holdout to fill "
+                                                           "long windows (never scored)")
+    universe: list[str] = Field(description="tickers; [] means every file in csv_dir")
+    validation: Validation
+
+    _dates = field_validator("start", "train_end", "holdout_start", "end", mode="before")(_iso_date)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Data:
+        if not self.start < self.train_end < self.holdout_start <= self.end:
+            raise ValueError(f"dates must satisfy start < train_end < holdout_start <= end; got {self.start}, "
+                             f"{self.train_end}, {self.holdout_start}, {self.end}")
+        return self
+
+
+class YFinance(Section):
+    retries: PosInt = Field(description="download attempts per ticker")
+    backoff_s: NonNeg = Field(description="first wait between attempts, doubled each time")
+    timeout_s: Annotated[float, Field(gt=0)] = Field(description="network timeout per request")
+    cache_dir: str = Field(description="local cache of downloaded files")
+
+
+# --- simulator --------------------------------------------------------------------------------------------
+
+class Calibrated(Section):
+    ann_vol_median: Annotated[float, Field(gt=0, le=2)] = Field(description="median annualised volatility")
+    ann_vol_dispersion: NonNeg = Field(description="log-normal spread of volatility across stocks")
+    market_share: Share = Field(description="variance share of the market factor")
+    sector_share: Share = Field(description="variance share of the sector factor")
+    crisis_enter_prob: Share = Field(description="daily calm -> crisis probability")
+    crisis_exit_prob: Share = Field(description="daily crisis -> calm probability")
+    crisis_vol_mult: Annotated[float, Field(ge=1)] = Field(description="volatility multiplier in a crisis")
+    crisis_mean_corr: Share = Field(description="mean pairwise correlation in a crisis")
+    garch_alpha: Share = Field(description="GARCH(1,1) alpha")
+    garch_beta: Share = Field(description="GARCH(1,1) beta (alpha + beta < 1)")
+    t_df: Annotated[float, Field(gt=2)] = Field(description="Student-t degrees of freedom of the shocks")
+    overnight_var_share: Share = Field(description="share of daily variance in the overnight gap")
+    jump_prob: Share = Field(description="daily probability of an overnight jump")
+    jump_scale: NonNeg = Field(description="jump size in daily sds")
+    range_k: NonNeg = Field(description="intraday range scale")
+    dollar_volume_median: Annotated[float, Field(gt=0)] = Field(description="median daily dollar volume")
+    dollar_volume_log10_spread: NonNeg = Field(description="log10 max/min of median dollar volumes")
+    log_volume_ar: Annotated[float, Field(ge=0, lt=1)] = Field(description="AR(1) of the persistent log volume")
+    log_volume_noise: NonNeg = Field(description="daily log-volume noise sd")
+    log_volume_persistent_sd: NonNeg = Field(description="sd of the persistent log-volume component")
+    log_volume_fast_ar: Annotated[float, Field(ge=0, lt=1)] = Field(description="AR(1) of the fast component")
+    log_volume_fast_sd: NonNeg = Field(description="sd of the fast log-volume component")
+    volume_abs_return_slope: NonNeg = Field(description="log-volume response to |return| / vol")
+
+    @model_validator(mode="after")
+    def _stationary(self) -> Calibrated:
+        if self.garch_alpha + self.garch_beta >= 1:
+            raise ValueError(f"garch_alpha + garch_beta must be < 1 (stationary); got "
+                             f"{self.garch_alpha} + {self.garch_beta}")
+        return self
+
+
+class Effect(Section):
+    strength: NonNeg = Field(description="daily rank-IC scale of the planted effect")
+    crisis_mult: NonNeg = Field(description="strength multiplier in a crisis")
+    half_life_years: Annotated[float, Field(gt=0)] = Field(description="decay of the effect over the years")
+    window: PosInt | None = Field(default=None, description="look-back window of the effect's signal")
+
+
+class Effects(Section):
+    reversal: Effect
+    volume_variability: Effect
+    effect_noise_ar: Annotated[float, Field(ge=0, lt=1)] = Field(description="AR(1) of the effect noise")
+    effect_noise_scale: NonNeg = Field(description="scale of the effect noise")
+
+
+class Simulator(Section):
+    sector_counts: dict[str, PosInt] = Field(description="stocks per sector (their sum is the universe size)")
+    market_drift_annual: float = Field(ge=-1, le=1, description="market drift in calm regimes")
+    crisis_drift_annual: float = Field(ge=-2, le=1, description="market drift in crises")
+    calibrated: Calibrated
+    max_variance_mult: Annotated[float, Field(ge=1)] = Field(description="cap of GARCH variance, x long-run")
+    volume_shock_cap: Annotated[float, Field(gt=0)] = Field(description="|return|/vol at which volume saturates")
+    beta_range: tuple[float, float] = Field(description="[low, high] of market betas")
+    price_start_range: tuple[Annotated[float, Field(gt=0)], Annotated[float, Field(gt=0)]] = Field(
+        description="[low, high] of starting prices")
+    effects: Effects
+
+    @model_validator(mode="after")
+    def _ranges(self) -> Simulator:
+        for name in ("beta_range", "price_start_range"):
+            lo, hi = getattr(self, name)
+            if lo > hi:
+                raise ValueError(f"{name} must be [low, high]; got [{lo}, {hi}]")
+        if sum(self.sector_counts.values()) < 2:
+            raise ValueError("sector_counts must add up to at least 2 stocks")
+        return self
+
+
+# --- formula language -------------------------------------------------------------------------------------
+
+class Limits(Section):
+    max_tokens: Annotated[int, Field(ge=1, le=4096)] = Field(description="tokens in one formula")
+    # deeper nesting than 32 overflows Python's recursion limit in the recursive-descent parser
+    max_depth: Annotated[int, Field(ge=1, le=32)] = Field(description="nesting depth of one formula")
+    max_window: Annotated[int, Field(ge=1, le=2520)] = Field(description="largest window of an operator")
+    max_lookback: Annotated[int, Field(ge=1, le=2520)] = Field(description="largest total look-back")
+    max_chars: Annotated[int, Field(ge=1, le=65536)] = Field(description="characters in one formula")
+
+
+class Dsl(Section):
+    limits: Limits
+    window_buckets: list[PosInt] = Field(min_length=1, description="canonical form: windows snap to these")
+
+    @field_validator("window_buckets")
+    @classmethod
+    def _sorted(cls, value: list[int]) -> list[int]:
+        if value != sorted(set(value)):
+            raise ValueError(f"must be strictly increasing; got {value}")
+        return value
+
+
+# --- verifier ---------------------------------------------------------------------------------------------
+
+class Book(Section):
+    min_valid_stocks: Annotated[int, Field(ge=2)] = Field(description="fewer valid signals: a flat day")
+    max_flat_share: Share = Field(description="flat on more than this share of days: invalid")
+
+
+class TrainCosts(Section):
+    fee_bps: NonNeg = Field(description="fees per unit of turnover, bps")
+    slippage_bps: NonNeg = Field(description="slippage per unit of turnover, bps")
+    half_spread_bps: NonNeg = Field(description="half spread per unit of turnover, bps")
+    impact_bps: NonNeg = Field(description="impact per unit of turnover, bps")
+
+
+class HoldoutCosts(Section):
+    fee_bps: NonNeg = Field(description="fees on traded dollars, bps")
+    half_spread_bps: NonNeg = Field(description="half spread on traded dollars, bps")
+    impact_y: NonNeg = Field(description="square-root impact coefficient Y")
+    book_usd: Annotated[float, Field(gt=0)] = Field(description="gross book size in dollars")
+    vol_window: Annotated[int, Field(ge=2)] = Field(description="sessions of the volatility estimate")
+    adv_window: PosInt = Field(description="sessions of the average dollar volume")
+    capacity_adv_share: Annotated[float, Field(gt=0, le=1)] = Field(description="position above this ADV "
+                                                                                 "share pays the capacity charge")
+    capacity_penalty_bps: NonNeg = Field(description="capacity charge per unit of excess, bps a day")
+    borrow_bps_annual: NonNeg = Field(description="borrow cost of the short side, bps a year")
+
+
+class Costs(Section):
+    train: TrainCosts
+    holdout: HoldoutCosts
+
+
+class Cpcv(Section):
+    blocks: Annotated[int, Field(ge=2, le=64)] = Field(description="contiguous blocks of the P&L series")
+    test_blocks: PosInt = Field(description="blocks in one test slice (1 <= test_blocks < blocks)")
+    purge: NonNegInt = Field(description="sessions dropped before each test block")
+    embargo: NonNegInt = Field(description="sessions dropped after each test block")
+    std_penalty: NonNeg = Field(description="CPCV = mean(SR) - std_penalty * std(SR)")
+    missing_tag_score: float = Field(ge=-10, le=0, description="R1 of an answer without <alpha> tags")
+    invalid_score: float = Field(ge=-10, le=0, description="R1 of a formula that does not parse")
+    degenerate_score: float = Field(ge=-10, le=0, description="R1 of a flat or static book")
+
+    @model_validator(mode="after")
+    def _slices(self) -> Cpcv:
+        if not 1 <= self.test_blocks < self.blocks:
+            raise ValueError(f"test_blocks must be between 1 and blocks - 1 = {self.blocks - 1}; "
+                             f"got {self.test_blocks}")
+        return self
+
+
+class HoldoutScore(Section):
+    turnover_cap: NonNeg = Field(description="turnover above this is charged in the holdout score")
+    turnover_slope: NonNeg = Field(description="charge per unit of excess turnover")
+    clip: Annotated[float, Field(gt=0)] = Field(description="the holdout score is clipped to [-clip, clip]")
+
+
+CHANNEL_NAMES = ("cpcv", "pbo", "jepa_stress", "factor_neutrality", "turnover", "min_turnover", "ic",
+                 "novelty_pnl", "novelty_syntax", "motif_guard", "complexity", "format")
+
+
+class Priorities(Section):
+    cpcv: NonNeg = Field(description="R1 weight")
+    pbo: NonNeg = Field(description="R2 weight")
+    jepa_stress: NonNeg = Field(description="R3 weight")
+    factor_neutrality: NonNeg = Field(description="R4 weight")
+    turnover: NonNeg = Field(description="R5 weight")
+    min_turnover: NonNeg = Field(description="R6 weight")
+    ic: NonNeg = Field(description="R7 weight")
+    novelty_pnl: NonNeg = Field(description="R8 weight")
+    novelty_syntax: NonNeg = Field(description="R9 weight")
+    motif_guard: NonNeg = Field(description="R10 weight")
+    complexity: NonNeg = Field(description="R11 weight")
+    format: NonNeg = Field(description="R12 weight")
+
+
+class Pbo(Section):
+    floor: float = Field(ge=-10, le=0, description="most negative PBO penalty")
+
+
+class JepaStress(Section):
+    enabled: bool = Field(description="score R3 in the world model's kept stress worlds")
+    scale: NonNeg = Field(description="R3 = -min(1, scale * log(1 + mean CPCV drop))")
+
+
+class FactorNeutrality(Section):
+    scale: NonNeg = Field(description="R4 = -scale * clip(raw - residual Sharpe, 0, clip)")
+    clip: NonNeg = Field(description="largest Sharpe gap charged")
+    momentum_skip: NonNegInt = Field(description="momentum factor: most recent sessions skipped")
+    momentum_lookback: PosInt = Field(description="momentum factor look-back")
+    reversal_days: PosInt = Field(description="reversal factor look-back")
+    lowvol_days: Annotated[int, Field(ge=2)] = Field(description="low-volatility factor look-back")
+    size_adv_days: PosInt = Field(description="size factor: dollar-volume look-back")
+
+    @model_validator(mode="after")
+    def _momentum(self) -> FactorNeutrality:
+        if self.momentum_skip >= self.momentum_lookback:
+            raise ValueError(f"momentum_skip ({self.momentum_skip}) must be below momentum_lookback "
+                             f"({self.momentum_lookback})")
+        return self
+
+
+class Turnover(Section):
+    cap: NonNeg = Field(description="R5: daily turnover above this is charged")
+    slope: NonNeg = Field(description="R5: charge per unit of excess")
+
+
+class MinTurnover(Section):
+    free: Share = Field(description="R6 is 0 at or above this daily turnover")
+    ramp_to: Share = Field(description="R6 ramps to -1 at this turnover")
+    invalid_below: Share = Field(description="below this turnover the book is static: invalid")
+
+    @model_validator(mode="after")
+    def _ramp(self) -> MinTurnover:
+        if not self.invalid_below <= self.ramp_to < self.free:
+            raise ValueError(f"must satisfy invalid_below <= ramp_to < free; got {self.invalid_below}, "
+                             f"{self.ramp_to}, {self.free}")
+        return self
+
+
+class Ic(Section):
+    scale: NonNeg = Field(description="R7 = weight * clip(scale * IC, -1, 1)")
+    weight: NonNeg = Field(description="R7 weight inside the channel")
+    cap_when_cpcv_nonpositive: float = Field(description="R7 cap while CPCV <= 0")
+
+
+class NoveltyPnl(Section):
+    weight: NonNeg = Field(description="R8 for a P&L uncorrelated with the archive")
+    duplicate_corr: Share = Field(description="|corr| at or above this is a duplicate")
+    duplicate_penalty: float = Field(le=0, description="R8 of a duplicate")
+    capacity: PosInt = Field(description="P&L series the archive keeps")
+
+
+class NoveltySyntax(Section):
+    weight: NonNeg = Field(description="R9 for an unseen canonical form")
+    same_group_penalty: float = Field(le=0, description="R9 for a form repeated within the group")
+
+
+class MotifGuard(Section):
+    ic_threshold: NonNeg = Field(description="a known motif with |IC| below this is guarded")
+    penalty: float = Field(le=0, description="R10 of a guarded answer")
+
+
+class Complexity(Section):
+    free_nodes: PosInt = Field(description="nodes without charge")
+    per_node: float = Field(le=0, description="R11 per node above free_nodes")
+
+
+class Format(Section):
+    reasoning_bonus: NonNeg = Field(description="R12 for a reasoning block before the answer")
+
+
+class Verifier(Section):
+    book: Book
+    costs: Costs
+    cpcv: Cpcv
+    holdout: HoldoutScore
+    priorities: Priorities
+    pbo: Pbo
+    jepa_stress: JepaStress
+    factor_neutrality: FactorNeutrality
+    turnover: Turnover
+    min_turnover: MinTurnover
+    ic: Ic
+    novelty_pnl: NoveltyPnl
+    novelty_syntax: NoveltySyntax
+    motif_guard: MotifGuard
+    complexity: Complexity
+    format: Format
+    workers: Annotated[int, Field(ge=1, le=64)] = Field(description="processes scoring a group's answers")
+
+
+# --- world model ------------------------------------------------------------------------------------------
+
+WORLD_CHANNELS = ("dispersion", "trend_flip", "correlation", "volatility", "crash")
+
+
+class WorldModel(Section):
+    window: Annotated[int, Field(ge=8)] = Field(description="sessions per window")
+    stride: PosInt = Field(description="sessions between training windows")
+    mask_share: Annotated[float, Field(gt=0, lt=1)] = Field(description="stock-day cells hidden from the context")
+    mask_span: PosInt = Field(description="length of a hidden span, days")
+    d_model: Annotated[int, Field(ge=4, le=1024)] = Field(description="latent width")
+    heads: PosInt = Field(description="attention heads (divides d_model)")
+    time_layers: PosInt = Field(description="transformer layers over time")
+    stock_layers: PosInt = Field(description="transformer layers across stocks")
+    ema: Annotated[float, Field(ge=0, lt=1)] = Field(description="EMA rate of the target encoder")
+    geometry_weight: NonNeg = Field(description="loss weight of the correlation-geometry head")
+    decoder_weight: NonNeg = Field(description="loss weight of the decoder")
+    batch_size: PosInt = Field(description="windows per batch")
+    lr: Annotated[float, Field(gt=0, le=1)] = Field(description="AdamW learning rate")
+    weight_decay: NonNeg = Field(description="AdamW weight decay")
+    max_epochs: PosInt = Field(description="epochs at most")
+    patience: PosInt = Field(description="epochs without improvement before stopping")
+    val_share: Annotated[float, Field(gt=0, lt=1)] = Field(description="validation windows at the end")
+    threads: PosInt = Field(description="torch threads")
+    probe_ridge: NonNeg = Field(description="ridge penalty of the latent probes")
+    max_latent_step: Annotated[float, Field(gt=0)] = Field(description="largest stress shift, latent norms")
+    stress_magnitude: Annotated[float, Field(gt=0)] = Field(description="stress shift, sds of the statistic")
+    crash_window_share: Annotated[float, Field(gt=0, le=1)] = Field(description="windows the crash world shifts")
+    min_move_sd: NonNeg = Field(description="direction gate: least move of the statistic, sds")
+    auc_random_formulas: NonNegInt = Field(description="random formulas in the AUC gate")
+    auc_degrade_sharpe: NonNeg = Field(description="Sharpe fall that counts as degrading")
+    auc_min: Share = Field(description="channels below this AUC are dropped")
+    facts_moved: dict[Literal[WORLD_CHANNELS], list[str]] = Field(  # type: ignore[valid-type]
+        description="stylized facts each world may move on purpose")
+
+    @model_validator(mode="after")
+    def _heads(self) -> WorldModel:
+        if self.d_model % self.heads:
+            raise ValueError(f"heads ({self.heads}) must divide d_model ({self.d_model})")
+        return self
+
+
+class StylizedTolerance(Section):
+    ann_vol_rel: NonNeg = Field(description="annualised volatility, relative")
+    mean_corr_abs: NonNeg = Field(description="mean pairwise correlation, absolute")
+    kurtosis_rel: NonNeg = Field(description="kurtosis, relative")
+    sq_return_acf_abs: NonNeg = Field(description="ACF of squared returns, absolute")
+    log_volume_acf_abs: NonNeg = Field(description="ACF of log volume, absolute")
+    range_over_vol_rel: NonNeg = Field(description="intraday range over volatility, relative")
+
+
+class Tracking(Section):
+    enabled: bool = Field(description="log each stage run to MLflow")
+    uri: str = Field(description="sqlite file of the MLflow store (relative to the working folder)")
+    experiment: str = Field(min_length=1, description="MLflow experiment name")
+    lock_retries: Annotated[int, Field(ge=1, le=100)] = Field(description="tries while sqlite is locked")
+    lock_backoff_s: NonNeg = Field(description="first wait between tries, doubled each time")
+
+
+class Paths(Section):
+    results: str = Field(min_length=1, description="folder of every stage output")
+
+
+class Params(Section):
+    """Everything in params.yaml after the profile merge and the `--set` overrides."""
+
+    profile: str = Field(description="the profile merged over the base values")
+    seed: Annotated[int, Field(ge=0, lt=2**32)] = Field(description="seed of every random draw")
+    paths: Paths
+    data: Data
+    yfinance: YFinance
+    simulator: Simulator
+    dsl: Dsl
+    verifier: Verifier
+    worldmodel: WorldModel
+    stylized_tolerance: StylizedTolerance
+    tracking: Tracking
