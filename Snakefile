@@ -1,26 +1,21 @@
-# alphagym workflow. Rules live in workflow/rules/*.smk, one file per pipeline area; their inputs, outputs
-# and commands come from the stage table in src/alphagym/pipeline.py, which also renders dvc.yaml.
+# alphagym workflow. Every rule is generated from the stage table in src/alphagym/pipeline.py (the one
+# source of truth, which also renders dvc.yaml); workflow/rules/stages.smk turns its rows into rules.
 # Select a profile with `--config profile=smoke` (or `--profile workflow/profiles/smoke`).
 from alphagym.config import load_params
-from alphagym.pipeline import final_targets, stage_table
+from alphagym.config import results_dir
+from alphagym.pipeline import final_targets, table_rows
 
 configfile: "params.yaml"
 
 PARAMS = load_params("params.yaml", [f"profile={config.get('profile', 'default')}"])
-STAGES = stage_table(PARAMS)
-
-
-def stage_rule(name):
-    """Inputs, outputs and command of one stage, as the rule files use them."""
-    s = STAGES[name]
-    return s.deps, s.outs, s.cmd
+_PROFILE = PARAMS["profile"]
+STAGE_ROWS = table_rows(results_dir(PARAMS).as_posix(),
+                        "" if _PROFILE == "default" else f" --set profile={_PROFILE}")
 
 
 rule all:
     input:
-        final_targets(PARAMS),
+        final_targets(PARAMS, STAGE_ROWS),
 
 
-include: "workflow/rules/data.smk"
-include: "workflow/rules/verifier.smk"
-include: "workflow/rules/worldmodel.smk"
+include: "workflow/rules/stages.smk"

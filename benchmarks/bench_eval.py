@@ -16,8 +16,9 @@ import sys
 import numpy as np
 
 from alphagym.dsl.alpha101 import alpha101
-from alphagym.dsl.evaluate import DSL_FIELDS, Evaluator
+from alphagym.dsl.evaluate import Evaluator
 from alphagym.dsl.parser import parse
+from alphagym.panel import DSL_FIELDS
 from common import PROBES, best_time, geomean, simulated_panel
 from reference_eval import ReferenceEvaluator
 

@@ -21,9 +21,9 @@ from alphagym.data.build_panel import build_panel  # noqa: E402
 from alphagym.data.sources import load_source  # noqa: E402
 from alphagym.dsl.alpha101 import alpha101  # noqa: E402
 from alphagym.dsl.errors import DslError  # noqa: E402
-from alphagym.dsl.evaluate import DSL_FIELDS  # noqa: E402
 from alphagym.dsl.parser import parse  # noqa: E402
-from alphagym.verifier.tools import seed_archive  # noqa: E402
+from alphagym.panel import DSL_FIELDS  # noqa: E402
+from alphagym.verifier.loading import load_kept_worlds, seed_archive  # noqa: E402
 from alphagym.verifier.verifier import Verifier  # noqa: E402
 from common import PROBES, ROOT, best_time  # noqa: E402
 from reference_eval import ReferenceEvaluator  # noqa: E402
@@ -60,13 +60,11 @@ def main() -> int:
 
         worlds = {p.stem: Panel.read_parquet(p) for p in sorted(Path(args.stress_worlds).glob("*.parquet"))}
         if args.kept_only:
-            from alphagym.verifier.stress import load_kept_worlds
-
             worlds = load_kept_worlds(Path(args.kept_only), Path(args.stress_worlds))
             if not worlds:
                 print(f"{args.kept_only} keeps no world: R3 stays off")
     verifier = Verifier(train, params, stress_worlds=worlds)
-    seed_archive(verifier, params, progress=False)
+    seed_archive(train, params, progress=False, archive=verifier.archive)
     alphas = [a.text for a in alpha101(panel_fields=frozenset(DSL_FIELDS)) if a.usable]
     if args.quick:
         alphas = alphas[::10]

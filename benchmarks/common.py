@@ -12,8 +12,8 @@ sys.path.insert(0, str(ROOT / "tests"))          # the slow pandas reference liv
 
 from alphagym.config import load_params  # noqa: E402
 from alphagym.data.build_panel import build_full_panel  # noqa: E402
-from alphagym.panel import Panel  # noqa: E402
 from alphagym.data.sources import load_source  # noqa: E402
+from alphagym.panel import Panel  # noqa: E402
 
 PROBES = [
     "rank(ts_max(volume / vwap, 11) / ts_mean(close, 21))",

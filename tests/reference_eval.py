@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from alphagym.panel import Panel
 from alphagym.dsl.ast import Field, Node, Num
+from alphagym.panel import Panel
 
 
 def _clean(df: pd.DataFrame) -> pd.DataFrame:

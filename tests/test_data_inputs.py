@@ -157,16 +157,18 @@ def test_bad_validation_action_is_named(tmp_path, params):
 
 def test_failed_panel_keeps_previous_outputs(tmp_path, params):
     """A failing panel run must not corrupt a panel that an earlier run produced."""
-    from alphagym.data.stages import panel_paths, run_download, run_panel
+    from alphagym.pipeline import stage_table
+    from alphagym.stages import run_stage
 
     p = _params(params)
     p["data"]["csv_dir"] = str(_folder(tmp_path))
-    p["data"]["universe"] = None
-    run_download(p)
-    run_panel(p)
-    before = panel_paths(p)["train"].read_bytes()
+    p["data"]["universe"] = []
+    run_stage(p, "download")
+    run_stage(p, "panel")
+    train = stage_table(p)["panel"].paths("outs")["train"]
+    before = train.read_bytes()
     _write_plain(Path(p["data"]["csv_dir"]), "BBB", seed=2, edit=_set(5, "close", "oops"))
     with pytest.raises(DataError):
-        run_download(p)
-    run_panel(p)   # the raw data from the first download is untouched, so this rebuilds the same panel
-    assert panel_paths(p)["train"].read_bytes() == before
+        run_stage(p, "download")
+    run_stage(p, "panel")   # the raw data from the first download is untouched, so this rebuilds the same panel
+    assert train.read_bytes() == before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -37,22 +38,47 @@ def _copy_workflow(root: Path, dest: Path, profile: str | None = None) -> Path:
     return dest
 
 
-def _snakemake_rules(workdir: Path, *extra: str) -> dict[str, dict]:
-    """Parse `snakemake -n -p --forceall`: rule -> {input, output, shell}."""
+def _snakemake_jobs(workdir: Path, *extra: str) -> dict[str, dict]:
+    """Parse `snakemake -n -p --forceall`: job key (rule, or rule@wildcard value) -> input, output, shell."""
     out = subprocess.run([str(BIN / "snakemake"), "-n", "-p", "--forceall", "--cores", "1", *extra],
                          cwd=workdir, capture_output=True, text=True, env=_env(), check=True).stdout
-    rules: dict[str, dict] = {}
+    jobs: dict[str, dict] = {}
     current = None
     for line in out.splitlines():
         m = re.match(r"^rule (\w+):", line)
         if m:
-            current = rules.setdefault(m.group(1), {"input": set(), "output": set(), "shell": None})
+            current = {"rule": m.group(1), "input": set(), "output": set(), "shell": None, "item": None}
+            jobs[str(len(jobs))] = current
         elif current is not None and re.match(r"^\s+(input|output): ", line):
             key, vals = line.strip().split(": ", 1)
             current[key] = {v.strip() for v in vals.split(",")}
+        elif current is not None and re.match(r"^\s+wildcards: ", line):
+            current["item"] = line.split("=", 1)[1].strip()
         elif current is not None and line.startswith("Shell command: "):
             current["shell"] = re.sub(r" > \S+ 2>&1$", "", line[len("Shell command: "):])
-    return rules
+    return {(j["rule"] if j["item"] is None else f"{j['rule']}@{j['item']}"): j for j in jobs.values()}
+
+
+def _dvc_stages(workdir: Path) -> dict[str, dict]:
+    """DVC's own reading of dvc.yaml (foreach expanded): stage -> data deps, outs, cmd."""
+    from dvc.dependency.param import ParamsDependency
+    from dvc.repo import Repo
+
+    if not (workdir / ".dvc").is_dir():
+        subprocess.run([str(BIN / "dvc"), "init", "--no-scm", "-q"], cwd=workdir, check=True, env=_env())
+    with Repo(str(workdir)) as repo:
+        return {st.name: {"deps": {d.def_path for d in st.deps if not isinstance(d, ParamsDependency)
+                                         and not d.def_path.startswith("src/")},
+                                "outs": {o.def_path for o in st.outs}, "cmd": st.cmd}
+                for st in repo.index.stages}
+
+
+def _same_dag(smk: dict[str, dict], dvc: dict[str, dict]) -> None:
+    assert set(smk) - {"all"} == set(dvc)
+    for name, stage in dvc.items():
+        assert smk[name]["input"] == stage["deps"], name
+        assert smk[name]["output"] == stage["outs"], name
+        assert smk[name]["shell"] == stage["cmd"], name
 
 
 def test_dvc_yaml_is_rendered_from_the_stage_table(root):
@@ -62,35 +88,89 @@ def test_dvc_yaml_is_rendered_from_the_stage_table(root):
 
 def test_snakemake_and_dvc_describe_the_same_dag(root, tmp_path):
     work = _copy_workflow(root, tmp_path / "w")
-    smk = _snakemake_rules(work)
-    dvc = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
-    assert set(smk) - {"all"} == set(dvc)
-    for name, stage in dvc.items():
-        code = {d for d in stage.get("deps", []) if d.startswith("src/")}
-        assert smk[name]["input"] == set(stage.get("deps", [])) - code, name
-        metrics = {next(iter(m)) for m in stage.get("metrics", [])}
-        assert smk[name]["output"] == set(stage["outs"]) | metrics, name
-        assert smk[name]["shell"] == stage["cmd"], name
+    _same_dag(_snakemake_jobs(work), _dvc_stages(work))
 
 
-def test_no_stage_before_the_probe_reads_the_holdout(root):
-    """Derived from dvc.yaml itself: follow every dependency chain back to holdout.parquet."""
-    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
-    producer = {out: name for name, s in stages.items()
-                for out in s.get("outs", []) + [next(iter(m)) for m in s.get("metrics", [])]}
+FAMILY_ROWS = '''
+from alphagym.config import load_params
+from alphagym.pipeline import Family, Stage, table_rows
+
+
+def params():
+    return {**dict(load_params("params.yaml")), "ladder": {"rungs": {"base": {"lr": 1}, "cispo": {"lr": 2}}}}
+
+
+def rows():
+    train = Stage("train", "alphagym.rl.stage:train", {"archive": "results/verifier/archive.npz"},
+                  {"adapter": "results/train/{item}/adapter.json", "log": "results/train/{item}/steps.jsonl"},
+                  ("seed", "ladder.rungs.{item}"), ("src/alphagym/verifier",), family=Family("ladder.rungs", "rung"))
+    probe = Stage("probe", "alphagym.probe.stage:probe", {"adapter": "results/train/{item}/adapter.json",
+                  "holdout": "results/panel/holdout.parquet"}, {"table": "results/probe/{item}.json"},
+                  ("ladder.rungs.{item}",), (), family=Family("ladder.rungs", "rung"))
+    return table_rows() + [train, probe]
+'''
+
+FAMILY_SNAKEFILE = '''
+import sys
+sys.path.insert(0, ".")
+from alphagym.pipeline import final_targets
+from family_rows import params, rows
+
+PARAMS = params()
+STAGE_ROWS = rows()
+
+rule all:
+    input:
+        final_targets(PARAMS, STAGE_ROWS),
+
+include: "workflow/rules/stages.smk"
+'''
+
+
+def test_a_stage_family_expands_alike_in_snakemake_and_dvc(root, tmp_path):
+    """A family row (the ladder's rungs) is one Snakemake rule with a wildcard and one DVC `foreach`; both
+    tools expand it to the same jobs, each member with its own paths, command and params."""
+    work = _copy_workflow(root, tmp_path / "w")
+    (work / "family_rows.py").write_text(FAMILY_ROWS)
+    (work / "Snakefile").write_text(FAMILY_SNAKEFILE)
+    sys.path.insert(0, str(work))
+    try:
+        import family_rows
+    finally:
+        sys.path.remove(str(work))
+    text = dvc_yaml(family_rows.params(), family_rows.rows())
+    rendered = yaml.safe_load(text)["stages"]
+    assert rendered["train"]["foreach"] == ["base", "cispo"]
+    assert rendered["train"]["do"]["cmd"] == "alphagym train --rung ${item}"
+    assert "ladder.rungs.${item}" in rendered["train"]["do"]["params"]
+    (work / "dvc.yaml").write_text(text)
+    smk, dvc = _snakemake_jobs(work), _dvc_stages(work)
+    assert {"train@base", "train@cispo", "probe@base", "probe@cispo"} <= set(dvc)
+    _same_dag(smk, dvc)
+    assert _holdout_readers(dvc) == {"probe@base", "probe@cispo"}
+
+
+def _holdout_readers(stages: dict[str, dict]) -> set[str]:
+    producer = {out: name for name, s in stages.items() for out in s["outs"]}
 
     def upstream(name, seen=None):
         seen = set() if seen is None else seen
-        for dep in stages[name].get("deps", []):
+        for dep in stages[name]["deps"]:
             if dep not in seen:
                 seen.add(dep)
                 if dep in producer:
                     upstream(producer[dep], seen)
         return seen
 
-    holdout = stage_table(load_params(root / "params.yaml"))["panel"].outs["holdout"]
-    readers = {name for name in stages if holdout in upstream(name)}
-    assert readers <= HOLDOUT_READERS, f"stages reading the holdout before the probe: {readers - HOLDOUT_READERS}"
+    holdout = [o for s in stages.values() for o in s["outs"] if o.endswith("panel/holdout.parquet")]
+    assert len(holdout) == 1
+    return {name for name in stages if holdout[0] in upstream(name)}
+
+
+def test_no_stage_before_the_probe_reads_the_holdout(root, tmp_path):
+    """Derived from DVC's own reading of dvc.yaml: follow every dependency chain back to holdout.parquet."""
+    readers = _holdout_readers(_dvc_stages(_copy_workflow(root, tmp_path / "w")))
+    assert {r.split("@")[0] for r in readers} <= HOLDOUT_READERS, f"stages reading the holdout: {readers}"
 
 
 def test_lock_retry_retries_only_locks():
@@ -123,18 +203,77 @@ def test_stage_run_logs_params_metrics_tags(params, tmp_path):
     assert db.execute("select value from params where key='data.source'").fetchone()[0] == "synthetic"
 
 
+def _git_dvc_repo(repo: Path, remote: Path) -> None:
+    for cmd in (["git", "init", "-q"], ["git", "config", "user.email", "t@t"], ["git", "config", "user.name", "t"],
+                [str(BIN / "dvc"), "init", "-q"], [str(BIN / "dvc"), "remote", "add", "-d", "store", str(remote)],
+                [str(BIN / "dvc"), "config", "core.analytics", "false"]):
+        subprocess.run(cmd, cwd=repo, check=True, env=_env(), capture_output=True)
+    (repo / ".gitignore").write_text("/results/mlflow\n/results/cache\n/results/logs\n.snakemake/\n")
+
+
+def _changed(cwd: Path) -> tuple[set[str], set[str]]:
+    """(stages whose outputs `snakemake --summary` marks for rerun, stages `dvc status` reports changed).
+
+    Not `snakemake --list-changes params`: in Snakemake 9.27 it lists every output with recorded params,
+    changed or not (its ParamsChange iterates its files even when it is empty); `--summary` is right."""
+    out = subprocess.run([str(BIN / "snakemake"), "--summary"], cwd=cwd, capture_output=True, text=True,
+                         env=_env(), check=True).stdout
+    smk = set()
+    for line in out.splitlines()[1:]:
+        cols = line.split("\t")
+        if len(cols) >= 6 and cols[-1] != "no update":
+            smk.add((cols[2], cols[-2]))
+    status = subprocess.run([str(BIN / "dvc"), "status", "--json"], cwd=cwd, capture_output=True, text=True,
+                            env=_env(), check=True).stdout
+    reasons = {r for _, r in smk}
+    assert reasons <= {"params changed"}, reasons
+    return {rule for rule, _ in smk}, set(json.loads(status or "{}"))
+
+
 @pytest.mark.slow
-def test_snakemake_smoke_profile_end_to_end(root, tmp_path):
-    work = _copy_workflow(root, tmp_path / "w")
-    subprocess.run([str(BIN / "snakemake"), "--profile", "workflow/profiles/smoke"], cwd=work, check=True,
-                   env=_env(), capture_output=True, text=True)
-    summary = yaml.safe_load((work / "results/panel/summary.json").read_text())
+def test_snakemake_run_reruns_on_params_and_code_and_agrees_with_dvc(root, tmp_path):
+    """The smoke DAG under Snakemake: every stage runs and logs to MLflow; the run is recorded in dvc.lock
+    and the DVC cache (`dvc status` clean, `dvc push` sends the outputs, a clone pulls the same bytes); a
+    changed param or a changed source file makes Snakemake and DVC name the same stages to rerun."""
+    work = _copy_workflow(root, tmp_path / "w", profile="smoke")
+    _git_dvc_repo(work, tmp_path / "remote")
+    run = subprocess.run([str(BIN / "snakemake"), "--cores", "2"], cwd=work, env=_env(), capture_output=True,
+                         text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "recorded download, panel, archive, world_model in dvc.lock" in run.stdout + run.stderr
+    summary = json.loads((work / "results/panel/summary.json").read_text())
     assert summary["train_first"] == "2023-01-03" and summary["holdout_sessions"] == 252
     db = sqlite3.connect(work / "results/mlflow/mlflow.db")
     names = sorted(r[0] for r in db.execute("select name from runs where status='FINISHED'"))
     assert names == sorted(stage_table(load_params(work / "params.yaml")))
-    profile = dict(db.execute("select key, value from tags where key='alphagym.profile'").fetchall())
-    assert profile["alphagym.profile"] == "smoke"
+    assert dict(db.execute("select key, value from tags where key='alphagym.profile'").fetchall()) == \
+        {"alphagym.profile": "smoke"}
+    assert _changed(work) == (set(), set())
+
+    params_text = (work / "params.yaml").read_text()
+    (work / "params.yaml").write_text(params_text.replace("purge: 10 ", "purge: 11 "))
+    assert _changed(work) == ({"archive", "world_model"}, {"archive", "world_model"})
+    (work / "params.yaml").write_text(params_text)
+    model = work / "src/alphagym/worldmodel/model.py"
+    source = model.read_text()
+    model.write_text(source + "\n# a change to the world model's code\n")
+    assert _changed(work) == ({"world_model"}, {"world_model"})
+    model.write_text(source)
+    assert _changed(work) == (set(), set())
+
+    push = subprocess.run([str(BIN / "dvc"), "push"], cwd=work, env=_env(), capture_output=True, text=True)
+    assert push.returncode == 0 and "pushed" in push.stdout, push.stdout + push.stderr
+    for cmd in (["git", "add", "-A"], ["git", "commit", "-qm", "smoke run"]):
+        subprocess.run(cmd, cwd=work, check=True, env=_env(), capture_output=True)
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(work), str(clone)], check=True, env=_env(), capture_output=True)
+    subprocess.run([str(BIN / "dvc"), "pull"], cwd=clone, check=True, env=_env(), capture_output=True)
+    for st in stage_table(load_params(work / "params.yaml")).values():
+        for out in st.outs.values():
+            files = sorted(f.relative_to(work) for f in (work / out).rglob("*") if f.is_file()) \
+                if (work / out).is_dir() else [Path(out)]
+            for f in files:
+                assert (clone / f).read_bytes() == (work / f).read_bytes(), f
 
 
 @pytest.mark.slow
@@ -152,7 +291,7 @@ def test_dvc_repro_push_pull_gives_identical_bytes(root, tmp_path):
     run(str(BIN / "dvc"), "init", "-q")
     run(str(BIN / "dvc"), "remote", "add", "-d", "store", str(remote))
     run(str(BIN / "dvc"), "config", "core.analytics", "false")
-    (repo / ".gitignore").write_text("/results/mlflow\n/results/cache\n")
+    (repo / ".gitignore").write_text("/results/mlflow\n/results/cache\n/results/logs\n")
     run(str(BIN / "dvc"), "repro")
     run(str(BIN / "dvc"), "push")
     run("git", "add", "-A")

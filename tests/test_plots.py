@@ -1,5 +1,6 @@
 from alphagym.config import load_params
-from alphagym.report.plots import book_figure, stylized_figure
+from alphagym.data.plots import stylized_figure
+from alphagym.verifier.plots import book_figure
 from alphagym.verifier.verifier import Verifier
 
 

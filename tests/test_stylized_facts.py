@@ -4,8 +4,8 @@ import pytest
 
 from alphagym.config import load_params
 from alphagym.data.calibrate import simulated_facts
-from alphagym.data.stages import folder_panel
 from alphagym.data.stylized import compare_facts, stylized_facts
+from alphagym.data.tools import folder_panel
 
 
 @pytest.mark.realdata

@@ -6,8 +6,8 @@ import pytest
 from alphagym.config import load_params
 from alphagym.dsl.parser import parse
 from alphagym.engine.costs import train_cost_bps
-from alphagym.verifier import channels as ch
 from alphagym.engine.cpcv import cpcv_statistic, make_slices, masked_sharpes
+from alphagym.verifier import channels as ch
 
 V = load_params("params.yaml")["verifier"]
 

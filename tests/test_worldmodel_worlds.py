@@ -148,7 +148,8 @@ def test_r3_in_the_verifier(generator):
     from alphagym.dsl.parser import parse
     from alphagym.engine.scorer import BookScorer
 
-    same_days = BookScorer(p.slice_days(1, p.shape[0]), params["verifier"]).cpcv(parse(f))   # the world starts a day later
+    # the world starts a day later
+    same_days = BookScorer(p.slice_days(1, p.shape[0]), params["verifier"]).cpcv(parse(f))
     assert c1.metrics["cpcv_world_identity"] == pytest.approx(same_days, abs=1e-3)
     c2 = v2.score(f)
     want = stress_channel(c2.channels["cpcv"], [c2.metrics["cpcv_world_vol"], c2.metrics["cpcv_world_crash"]], 0.4)

@@ -1,7 +1,8 @@
-"""`alphagym`: one subcommand per pipeline stage, plus tools.
+"""`alphagym`: one subcommand per stage of the stage table, plus tools.
 
-Every stage reads params.yaml (`--params`), accepts `--set key.sub=value` overrides and logs to MLflow.
-Errors the user can fix (bad data, bad formula, bad parameter) print one clear line and exit 2.
+Every subcommand reads params.yaml (`--params`) and accepts `--set key.sub=value` overrides; stages log to
+MLflow. Errors the user can fix (bad data, bad formula, bad parameter) print one clear line and exit 2.
+This module only parses arguments and prints; the work happens in the areas.
 """
 
 from __future__ import annotations
@@ -13,36 +14,27 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from alphagym.config import load_params
 from alphagym.errors import AlphagymError, ConfigError
 
 
-def _params(args: argparse.Namespace) -> dict[str, Any]:
+def _params(args: argparse.Namespace) -> Any:
+    from alphagym.config import load_params
+
     return load_params(args.params, args.set)
 
 
-def cmd_download(args: argparse.Namespace) -> int:
-    from alphagym.data.stages import run_download
+# --- stages -----------------------------------------------------------------------------------------------
 
-    paths = run_download(_params(args))
-    print(f"wrote {paths['prices']}")
+def cmd_stage(args: argparse.Namespace) -> int:
+    from alphagym.stages import run_stage
+
+    key = args.stage if args.family_option is None else f"{args.stage}@{getattr(args, args.family_option)}"
+    summary = run_stage(_params(args), key)
+    print(json.dumps(summary, indent=1, default=str))
     return 0
 
 
-def cmd_panel(args: argparse.Namespace) -> int:
-    from alphagym.data.stages import run_panel
-
-    paths = run_panel(_params(args))
-    print(json.dumps(json.loads(paths["summary"].read_text()), indent=1))
-    return 0
-
-
-def cmd_calibrate(args: argparse.Namespace) -> int:
-    from alphagym.data.stages import run_calibrate
-
-    print(run_calibrate(_params(args), args.from_dir, args.out), end="")
-    return 0
-
+# --- tools ------------------------------------------------------------------------------------------------
 
 def cmd_dag(args: argparse.Namespace) -> int:
     from alphagym.pipeline import dvc_yaml, stage_table, upstream_outputs
@@ -54,66 +46,86 @@ def cmd_dag(args: argparse.Namespace) -> int:
         return 0
     table = stage_table(params)
     reads = upstream_outputs(table)
-    for name, stage in table.items():
-        print(f"{name}: {stage.cmd}\n  reads: {sorted(reads[name]) or '-'}\n  writes: {sorted(stage.outs.values())}")
+    for key, stage in table.items():
+        print(f"{key}: {stage.cmd}\n  params: {', '.join(stage.params)}\n  code: {', '.join(stage.code)}\n"
+              f"  reads: {sorted(reads[key]) or '-'}\n  writes: {sorted(stage.outs.values())}")
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from alphagym.data.tools import calibrated_block
+
+    print(calibrated_block(_params(args), args.from_dir, args.out), end="")
+    return 0
+
+
+def cmd_compare_facts(args: argparse.Namespace) -> int:
+    from alphagym.data.tools import compare_with_real
+
+    print(compare_with_real(_params(args), args.from_dir, plot=args.plot))
     return 0
 
 
 def cmd_stylized(args: argparse.Namespace) -> int:
-    from alphagym.panel import Panel
     from alphagym.data.stylized import stylized_facts
+    from alphagym.panel import Panel
 
     print(json.dumps(stylized_facts(Panel.read_parquet(args.panel)), indent=1))
     return 0
 
 
-def cmd_compare_facts(args: argparse.Namespace) -> int:
-    from alphagym.data.stages import run_compare_facts
-
-    print(run_compare_facts(_params(args), args.from_dir, plot=args.plot))
-    return 0
-
-
 def cmd_eval(args: argparse.Namespace) -> int:
-    from alphagym.dsl.tools import print_report, run_eval
+    from alphagym.dsl.tools import run_eval
 
     report = run_eval(_params(args), args.formula, args.panel, args.out)
     if args.json:
         print(json.dumps(report, indent=1))
-    else:
-        print_report(report)
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    con.print(f"[bold]canonical[/] {report['canonical']}")
+    con.print(f"nodes {report['nodes']}  lookback {report['lookback']}  fields {', '.join(report['fields'])}")
+    p = report["panel"]
+    con.print(f"panel {p['path']}: {p['days']} days x {p['stocks']} stocks, {p['first']} .. {p['last']}")
+    table = Table("statistic", "value")
+    for k, v in report["values"].items():
+        table.add_row(k, f"{v:.6g}" if isinstance(v, float) else str(v))
+    con.print(table)
+    for note in report["notes"]:
+        con.print(f"[yellow]note[/] {note}")
     return 0
 
 
 def cmd_alpha101(args: argparse.Namespace) -> int:
-    from alphagym.dsl.tools import print_alpha101, run_alpha101
+    from alphagym.dsl.tools import run_alpha101
 
-    print_alpha101(run_alpha101(_params(args), args.panel), args.json)
-    return 0
+    rows = run_alpha101(_params(args), args.panel)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
 
-
-def cmd_archive(args: argparse.Namespace) -> int:
-    from alphagym.verifier.tools import run_archive
-
-    print(f"wrote {run_archive(_params(args))}")
-    return 0
-
-
-def cmd_world_model(args: argparse.Namespace) -> int:
-    from alphagym.worldmodel.stage import run_world_model
-
-    report = run_world_model(_params(args))
-    print(json.dumps({"pass": report["pass"], "kept_channels": report["kept_channels"],
-                      "prediction": report["prediction"]["pass"]}, indent=1))
+    table = Table("#", "status", "lookback", "coverage", "canonical form or reason", show_lines=False)
+    for r in rows:
+        status = "ok" if r["usable"] else ("unusable" if r["parses"] else "no parse")
+        cov = f"{r['coverage']:.0%}" if "coverage" in r else "-"
+        table.add_row(str(r["number"]), status, str(r.get("lookback", "-")), cov,
+                      r["canonical"] if r["usable"] else r["reason"])
+    Console(width=200).print(table)
+    n_parse = sum(r["parses"] for r in rows)
+    n_use = sum(r["usable"] for r in rows)
+    print(f"{n_parse} of {len(rows)} parse verbatim from the paper's text; {n_use} usable on this panel")
     return 0
 
 
 def cmd_gates(args: argparse.Namespace) -> int:
-    from alphagym.config import results_dir
-    from alphagym.errors import AlphagymError
+    from alphagym.pipeline import stage_table
     from alphagym.worldmodel.stage import gates_markdown
 
-    path = Path(args.report) if args.report else results_dir(_params(args)) / "world_model" / "gates.json"
+    path = Path(args.report) if args.report else stage_table(_params(args))["world_model"].paths("outs")["gates"]
     if not path.is_file():
         raise AlphagymError(f"no gate report at {path}: run `alphagym world-model` first")
     print(gates_markdown(json.loads(path.read_text())))
@@ -121,7 +133,7 @@ def cmd_gates(args: argparse.Namespace) -> int:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    from alphagym.verifier.tools import card_json, load_verifier, print_card
+    from alphagym.verifier.loading import load_verifier
 
     if (args.formula is None) == (args.answer is None):
         raise ConfigError("give either a FORMULA or --answer TEXT")
@@ -129,15 +141,42 @@ def cmd_score(args: argparse.Namespace) -> int:
     verifier, note = load_verifier(params, args.window)
     card = verifier.score(args.answer if args.answer is not None else args.formula, answer=args.answer is not None)
     if args.plot and card.valid:
-        from alphagym.report.plots import book_figure
+        from alphagym.verifier.plots import book_figure
 
         note = (note + "; " if note else "") + f"figure: {book_figure(card, verifier, args.plot)}"
     if args.json:
-        print(card_json(card, note))
-    else:
-        print_card(card, params["verifier"]["priorities"], note)
+        out = card.to_json()
+        if note:
+            out["note"] = note
+        print(json.dumps(out, indent=1))
+        return 0
+    _print_card(card, params["verifier"]["priorities"], note)
     return 0
 
+
+def _print_card(card: Any, priorities: Any, note: str | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    if note:
+        con.print(f"[yellow]note[/] {note}")
+    status = "[green]valid[/]" if card.valid else f"[red]invalid[/] ({card.error_type}): {card.reason}"
+    con.print(f"[bold]{card.formula or card.text}[/]  {status}")
+    if card.canonical:
+        con.print(f"canonical {card.canonical}")
+    t = Table("channel", "priority", "raw value", "note")
+    for k, v in card.channels.items():
+        t.add_row(k, f"{priorities[k]:g}", f"{v:+.4f}", card.skipped.get(k, ""))
+    con.print(t)
+    if card.metrics:
+        m = Table("metric", "value")
+        for k, v in card.metrics.items():
+            m.add_row(k, f"{v:.6g}" if isinstance(v, float) else str(v))
+        con.print(m)
+
+
+# --- parser -----------------------------------------------------------------------------------------------
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--params", default="params.yaml", help="parameters file (default: params.yaml)")
@@ -145,28 +184,34 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="override a parameter, e.g. --set data.source=csv (repeatable)")
 
 
-COMMANDS: list[tuple[str, str, Callable[[argparse.Namespace], int]]] = [
-    ("download", "stage: fetch or simulate raw daily prices (data.source)", cmd_download),
-    ("panel", "stage: validate, adjust and split the raw prices into train and holdout panels", cmd_panel),
-    ("calibrate", "tool: fit the simulator to a folder of real per-ticker CSV files", cmd_calibrate),
-    ("dag", "tool: show the stage table, or write dvc.yaml from it", cmd_dag),
-    ("stylized", "tool: stylized facts of a panel file", cmd_stylized),
-    ("archive", "stage: seed the novelty archive with the Alpha101 books on the train panel", cmd_archive),
-    ("world-model", "stage: train the JEPA world model, write stress worlds and the gate report", cmd_world_model),
-    ("gates", "tool: the world-model gate report as markdown tables (as in the README)", cmd_gates),
-    ("score", "tool: score a formula (or a raw model answer) with the verifier's 12 channels", cmd_score),
-    ("eval", "tool: parse and evaluate one formula on a panel", cmd_eval),
-    ("alpha101", "tool: Kakushadze's 101 alphas: paper text, parse status, canonical form", cmd_alpha101),
-    ("compare-facts", "tool: simulator's stylized facts next to a real CSV folder's", cmd_compare_facts),
+TOOLS: list[tuple[str, str, Callable[[argparse.Namespace], int]]] = [
+    ("dag", "show the stage table, or write dvc.yaml from it", cmd_dag),
+    ("calibrate", "fit the simulator to a folder of real per-ticker CSV files", cmd_calibrate),
+    ("compare-facts", "simulator's stylized facts next to a real CSV folder's", cmd_compare_facts),
+    ("stylized", "stylized facts of a panel file", cmd_stylized),
+    ("eval", "parse and evaluate one formula on a panel", cmd_eval),
+    ("alpha101", "Kakushadze's 101 alphas: paper text, parse status, canonical form", cmd_alpha101),
+    ("gates", "the world-model gate report as markdown tables (as in the README)", cmd_gates),
+    ("score", "score a formula (or a raw model answer) with the verifier's 12 channels", cmd_score),
 ]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="alphagym", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    from alphagym.pipeline import table_rows
+
+    for row in table_rows():
+        text = "stage: " + (row.help or row.name)
+        p = sub.add_parser(row.command, help=text, description=text)
+        _add_common(p)
+        p.set_defaults(func=cmd_stage, stage=row.name, family_option=None)
+        if row.family is not None:
+            p.add_argument(f"--{row.family.wildcard}", required=True, help=f"which item of {row.family.key}")
+            p.set_defaults(family_option=row.family.wildcard)
     subs = {}
-    for name, help_text, fn in COMMANDS:
-        p = sub.add_parser(name, help=help_text, description=help_text)
+    for name, help_text, fn in TOOLS:
+        p = sub.add_parser(name, help="tool: " + help_text, description=help_text)
         _add_common(p)
         p.set_defaults(func=fn)
         subs[name] = p
@@ -177,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     subs["compare-facts"].add_argument("--from", dest="from_dir", required=True, help="folder of per-ticker CSVs")
     subs["compare-facts"].add_argument("--plot", help="also write a figure (PNG) of the comparison")
     subs["eval"].add_argument("formula", help="formula text, e.g. 'rank(ts_mean(close, 5))'")
-    subs["eval"].add_argument("--panel", help="panel parquet (default: results/panel/train.parquet)")
+    subs["eval"].add_argument("--panel", help="panel parquet (default: the train panel the `panel` stage writes)")
     subs["eval"].add_argument("--json", action="store_true", help="print JSON")
     subs["eval"].add_argument("--out", help="write the evaluated (days x stocks) values to this parquet file")
     subs["score"].add_argument("formula", nargs="?", help="formula text")
@@ -185,16 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
     subs["score"].add_argument("--window", choices=("train", "holdout"), default="train")
     subs["score"].add_argument("--json", action="store_true", help="print JSON (valid, reason, channels, metrics)")
     subs["score"].add_argument("--plot", help="write a figure of the book (cumulative P&L, turnover, IC) to PNG")
-    subs["gates"].add_argument("report", nargs="?", help="gates.json (default: results/world_model/gates.json)")
+    subs["gates"].add_argument("report", nargs="?", help="gates.json (default: the world_model stage's)")
     subs["alpha101"].add_argument("--panel", help="panel for coverage (default: the train panel if built)")
     subs["alpha101"].add_argument("--json", action="store_true", help="print JSON")
-    for extra in EXTRA_COMMANDS:
-        extra(sub, _add_common)
     return parser
-
-
-# Later areas register their subcommands here (each a function adding parsers to `sub`).
-EXTRA_COMMANDS: list[Callable[[Any, Callable[[argparse.ArgumentParser], None]], None]] = []
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -154,3 +154,54 @@ def get(params: Mapping[str, Any], dotted: str) -> Any:
 
 def results_dir(params: Mapping[str, Any]) -> Path:
     return Path(get(params, "paths.results"))
+
+
+class ParamsView(Mapping):
+    """The params a stage declares, and nothing else: reading an undeclared key raises ConfigError.
+
+    A stage function receives this view of the validated params (`alphagym.stages.run_stage`), so a stage
+    that starts reading a key its stage-table row does not declare fails at once, in every run, instead
+    of going stale under DVC and Snakemake. Keys read are recorded in `reads` (the tests use it).
+    """
+
+    def __init__(self, node: Mapping[str, Any], allowed: tuple[str, ...], stage: str, prefix: str = "",
+                 reads: set[str] | None = None) -> None:
+        self._node, self._allowed, self._stage, self._prefix = node, allowed, stage, prefix
+        self.reads: set[str] = set() if reads is None else reads
+
+    def _path(self, key: str) -> str:
+        return f"{self._prefix}.{key}" if self._prefix else key
+
+    def _covered(self, path: str) -> bool:
+        return any(path == a or path.startswith(a + ".") for a in self._allowed)
+
+    def _visible(self, path: str) -> bool:
+        return self._covered(path) or any(a.startswith(path + ".") for a in self._allowed)
+
+    def __getitem__(self, key: str) -> Any:
+        path = self._path(key)
+        if not self._visible(path):
+            raise ConfigError(f"stage {self._stage!r} read the parameter {path!r}, which its row in the stage "
+                              f"table (src/alphagym/pipeline.py) does not declare; declare it there")
+        value = self._node[key]
+        if self._covered(path):
+            self.reads.add(path)
+            return value
+        return ParamsView(value, self._allowed, self._stage, path, self.reads)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __iter__(self):
+        return (k for k in self._node if self._visible(self._path(k)))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return f"ParamsView({self._stage!r}, {self._prefix or '<root>'}, declared={list(self._allowed)})"

@@ -158,12 +158,15 @@ class Effect(Section):
     strength: NonNeg = Field(description="daily rank-IC scale of the planted effect")
     crisis_mult: NonNeg = Field(description="strength multiplier in a crisis")
     half_life_years: Annotated[float, Field(gt=0)] = Field(description="decay of the effect over the years")
-    window: PosInt | None = Field(default=None, description="look-back window of the effect's signal")
+
+
+class WindowEffect(Effect):
+    window: Annotated[int, Field(ge=2)] = Field(description="look-back window of the effect's signal")
 
 
 class Effects(Section):
     reversal: Effect
-    volume_variability: Effect
+    volume_variability: WindowEffect
     effect_noise_ar: Annotated[float, Field(ge=0, lt=1)] = Field(description="AR(1) of the effect noise")
     effect_noise_scale: NonNeg = Field(description="scale of the effect noise")
 

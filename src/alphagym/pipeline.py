@@ -1,93 +1,215 @@
-"""The stage table: the one description of the DAG that Snakemake and DVC both use.
+"""The stage table: the one description of the DAG. Snakemake, DVC, the CLI and the stage functions read it.
 
-Snakemake rules (workflow/rules/*.smk) read their inputs, outputs and commands from here; `alphagym dag
---write-dvc` renders dvc.yaml from here, and a test fails when the committed dvc.yaml drifts from it.
-Each stage declares whether it may read the holdout; a test checks the DAG against that.
+Each row declares a stage: the function that runs it, its inputs and outputs (by role), the params keys it
+reads and the package code it runs. Nothing else builds a result path:
+- `alphagym.stages.run_stage` hands the stage function its paths from here and a view of the params that
+  holds only the declared keys (reading any other key is an error);
+- `workflow/rules/stages.smk` defines one Snakemake rule per row, with the declared params' values and a
+  hash of the declared code as rule `params`, so `snakemake` reruns a stage whose params or code changed;
+- `dvc_yaml` renders dvc.yaml (`alphagym dag --write-dvc dvc.yaml`); a test fails when it drifts.
+A family of stages (one per item of a params list, e.g. the ladder's rungs) is one row with `family` set:
+Snakemake expands it through a wildcard, DVC through `foreach`.
+
+Each stage declares whether it may read the holdout; tests derive the holdout boundary from both DAGs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import yaml
 
-from alphagym.config import results_dir
+from alphagym.config import get, results_dir
 
 # Stages allowed to read holdout data (directly or through any upstream output).
 HOLDOUT_READERS = frozenset({"probe", "books", "report"})
+
+# Code every stage runs through `alphagym.stages.run_stage`, besides its own: the loader and the dispatcher.
+COMMON_CODE = ("src/alphagym/config.py", "src/alphagym/params.py", "src/alphagym/pipeline.py",
+               "src/alphagym/stages.py")
+
+SRC = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Family:
+    """A stage repeated over the items of a params list; `{item}` in paths and the command is the item."""
+
+    key: str                 # dotted params key of the list of items (names) or of a mapping name -> block
+    wildcard: str            # Snakemake wildcard name and CLI option, e.g. "rung" (-> `--rung NAME`)
 
 
 @dataclass(frozen=True)
 class Stage:
     name: str
-    cmd: str
+    func: str                            # "module:function" of the stage function
     deps: dict[str, str]                 # role -> data path (Snakemake input / DVC dep)
     outs: dict[str, str]                 # role -> path (Snakemake output / DVC out)
-    params: tuple[str, ...]              # params.yaml keys the stage reads
-    code: tuple[str, ...] = ()           # source folders: DVC deps (Snakemake reruns on code via its own tracking)
-    metrics: tuple[str, ...] = field(default=())
+    params: tuple[str, ...]              # dotted params keys the stage reads (nothing else is visible to it)
+    code: tuple[str, ...]                # source files and folders it runs (DVC deps; a Snakemake params hash)
+    metrics: tuple[str, ...] = ()        # roles of small JSON outputs: DVC metrics, kept in git, not cached
+    directories: tuple[str, ...] = ()    # roles of outputs that are folders
+    threads: int = 1                     # cores the stage uses (Snakemake schedules by it)
+    family: Family | None = None
+    item: str | None = None              # the item of an expanded family member
+    profile_arg: str = ""                # " --set profile=NAME" when a profile is selected
+    help: str = ""                       # one line for `alphagym --help`
+
+    @property
+    def command(self) -> str:
+        """The CLI subcommand: the stage name with dashes."""
+        return self.name.replace("_", "-")
+
+    @property
+    def cmd(self) -> str:
+        opt = f" --{self.family.wildcard} {self.item}" if self.family and self.item is not None else ""
+        return f"alphagym {self.command}{opt}{self.profile_arg}"
+
+    @property
+    def key(self) -> str:
+        """Unique name of a stage or a family member (DVC's `name@item`)."""
+        return f"{self.name}@{self.item}" if self.item is not None else self.name
+
+    def paths(self, which: str) -> dict[str, Path]:
+        return {role: Path(p) for role, p in getattr(self, which).items()}
 
 
-def stage_table(params: dict[str, Any]) -> dict[str, Stage]:
-    r = results_dir(params).as_posix()
-    profile = params.get("profile", "default")
-    suffix = "" if profile == "default" else f" --set profile={profile}"
-    stages = [
-        Stage("download", "alphagym download" + suffix, {},
+def table_rows(r: str = "results", profile_arg: str = "") -> list[Stage]:
+    """The rows, with result paths under `r` (families unexpanded)."""
+    data = ("src/alphagym/data", "src/alphagym/panel.py")
+    engine = ("src/alphagym/engine", "src/alphagym/dsl", "src/alphagym/kernels.py", "src/alphagym/panel.py")
+    rows = [
+        Stage("download", "alphagym.data.stage:download", {},
               {"prices": f"{r}/raw/prices.parquet", "meta": f"{r}/raw/meta.json",
                "truth": f"{r}/raw/ground_truth.json"},
-              ("seed", "data", "simulator", "yfinance"), ("src/alphagym/data",)),
-        Stage("panel", "alphagym panel" + suffix,
+              ("seed", "data", "simulator", "yfinance"), data,
+              help="fetch or simulate raw daily prices (data.source)"),
+        Stage("panel", "alphagym.data.stage:panel",
               {"prices": f"{r}/raw/prices.parquet", "meta": f"{r}/raw/meta.json"},
               {"train": f"{r}/panel/train.parquet", "holdout": f"{r}/panel/holdout.parquet",
                "repairs": f"{r}/panel/repairs.json", "summary": f"{r}/panel/summary.json"},
-              ("data",), ("src/alphagym/data",), (f"{r}/panel/summary.json",)),
-        Stage("archive", "alphagym archive" + suffix, {"train": f"{r}/panel/train.parquet"},
-              {"archive": f"{r}/verifier/archive.npz"}, ("dsl", "verifier"),
-              ("src/alphagym/verifier", "src/alphagym/engine", "src/alphagym/dsl")),
-        Stage("world_model", "alphagym world-model" + suffix, {"train": f"{r}/panel/train.parquet"},
+              ("data",), data, metrics=("summary",),
+              help="validate, adjust and split the raw prices into train and holdout panels"),
+        Stage("archive", "alphagym.verifier.stage:archive", {"train": f"{r}/panel/train.parquet"},
+              {"archive": f"{r}/verifier/archive.npz"},
+              ("dsl.limits", "verifier.book", "verifier.costs.train", "verifier.cpcv", "verifier.novelty_pnl"),
+              ("src/alphagym/verifier", *engine),
+              help="seed the novelty archive with the Alpha101 books on the train panel"),
+        Stage("world_model", "alphagym.worldmodel.stage:world_model", {"train": f"{r}/panel/train.parquet"},
               {"model": f"{r}/world_model/model.pt", "worlds": f"{r}/world_model/worlds",
-               "gates": f"{r}/world_model/gates.json"}, ("seed", "worldmodel", "stylized_tolerance"),
-              ("src/alphagym/worldmodel",), (f"{r}/world_model/gates.json",)),
+               "gates": f"{r}/world_model/gates.json"},
+              ("seed", "worldmodel", "stylized_tolerance", "verifier.book", "verifier.costs.train",
+               "verifier.cpcv", "verifier.jepa_stress.enabled"),
+              ("src/alphagym/worldmodel", "src/alphagym/data/stylized.py", *engine),
+              metrics=("gates",), directories=("worlds",), threads=2,
+              help="train the JEPA world model, write stress worlds and the gate report"),
     ]
-    return {s.name: s for s in stages}
+    return [Stage(**{**s.__dict__, "profile_arg": profile_arg}) for s in rows]
 
 
-def final_targets(params: dict[str, Any]) -> list[str]:
+def _items(params: Mapping[str, Any], family: Family) -> list[str]:
+    value = get(params, family.key)
+    return [str(v) for v in (list(value) if isinstance(value, Mapping) else value)]
+
+
+def stage_rows(params: Mapping[str, Any], rows: list[Stage] | None = None) -> list[Stage]:
+    """The table's rows as declared (families unexpanded, `{item}` still in their paths)."""
+    profile = params.get("profile", "default")
+    arg = "" if profile == "default" else f" --set profile={profile}"
+    return rows if rows is not None else table_rows(results_dir(params).as_posix(), arg)
+
+
+def expand(stage: Stage, item: str) -> Stage:
+    sub = {k: v.replace("{item}", item) for k, v in stage.deps.items()}
+    out = {k: v.replace("{item}", item) for k, v in stage.outs.items()}
+    keys = tuple(k.replace("{item}", item) for k in stage.params)
+    return Stage(**{**stage.__dict__, "deps": sub, "outs": out, "params": keys, "item": item})
+
+
+def stage_table(params: Mapping[str, Any], rows: list[Stage] | None = None) -> dict[str, Stage]:
+    """Every stage and every family member, by key (`name` or `name@item`)."""
+    out: dict[str, Stage] = {}
+    for s in stage_rows(params, rows):
+        members = [expand(s, i) for i in _items(params, s.family)] if s.family else [s]
+        out.update({m.key: m for m in members})
+    return out
+
+
+def final_targets(params: Mapping[str, Any], rows: list[Stage] | None = None) -> list[str]:
     """What `snakemake` with no target builds: every stage's outputs."""
-    return [p for s in stage_table(params).values() for p in s.outs.values()]
+    return [p for s in stage_table(params, rows).values() for p in s.outs.values()]
 
 
-def dvc_yaml(params: dict[str, Any]) -> str:
+def params_values(params: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, str]:
+    """The declared keys' values as canonical JSON-like text (Snakemake compares rule params as text)."""
+    import json
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, Mapping):
+            return {k: plain(v[k]) for k in v}
+        if isinstance(v, list | tuple):
+            return [plain(x) for x in v]
+        return v
+
+    return {k: json.dumps(plain(get(params, k)), sort_keys=True) for k in ("profile", *keys)}
+
+
+@lru_cache(maxsize=64)
+def code_hash(paths: tuple[str, ...], root: str = ".") -> str:
+    """sha256 over the declared code's .py files (path and content): a content hash, like DVC's."""
+    h = hashlib.sha256()
+    base = Path(root)
+    for p in paths:
+        target = base / p
+        files = sorted(target.rglob("*.py")) if target.is_dir() else [target]
+        for f in files:
+            if f.is_file() and "__pycache__" not in f.parts:
+                h.update(f.relative_to(base).as_posix().encode())
+                h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _dvc_body(s: Stage) -> dict[str, Any]:
+    body: dict[str, Any] = {"cmd": s.cmd}
+    deps = list(s.deps.values()) + list(COMMON_CODE) + list(s.code)
+    body["deps"] = deps
+    body["params"] = ["profile", "profiles", *s.params]   # a profile changes the effective params
+    body["outs"] = [p for role, p in s.outs.items() if role not in s.metrics]
+    if s.metrics:
+        body["metrics"] = [{s.outs[m]: {"cache": False}} for m in s.metrics]
+    return body
+
+
+def dvc_yaml(params: Mapping[str, Any], rows: list[Stage] | None = None) -> str:
     stages: dict[str, Any] = {}
-    for s in stage_table(params).values():
-        body: dict[str, Any] = {"cmd": s.cmd}
-        deps = list(s.deps.values()) + list(s.code)
-        if deps:
-            body["deps"] = deps
-        body["params"] = ["profile", "profiles", *s.params]   # a profile changes the effective params
-        outs = [p for p in s.outs.values() if p not in s.metrics]
-        body["outs"] = outs
-        if s.metrics:
-            body["metrics"] = [{m: {"cache": False}} for m in s.metrics]
-        stages[s.name] = body
+    for s in stage_rows(params, rows):
+        if s.family is None:
+            stages[s.name] = _dvc_body(s)
+            continue
+        template = expand(s, "${item}")
+        stages[s.name] = {"foreach": _items(params, s.family), "do": _dvc_body(template)}
     header = "# Generated from src/alphagym/pipeline.py by `alphagym dag --write-dvc`; do not edit by hand.\n"
     return header + yaml.safe_dump({"stages": stages}, sort_keys=False, width=110)
 
 
 def upstream_outputs(table: dict[str, Stage]) -> dict[str, set[str]]:
     """For each stage, every path it reads directly or through any upstream stage."""
-    producer = {p: s.name for s in table.values() for p in s.outs.values()}
+    producer = {p: key for key, s in table.items() for p in s.outs.values()}
     memo: dict[str, set[str]] = {}
 
-    def reads(name: str) -> set[str]:
-        if name not in memo:
-            direct = set(table[name].deps.values())
-            memo[name] = set(direct)
+    def reads(key: str) -> set[str]:
+        if key not in memo:
+            direct = set(table[key].deps.values())
+            memo[key] = set(direct)
             for p in direct:
                 if p in producer:
-                    memo[name] |= reads(producer[p])
-        return memo[name]
+                    memo[key] |= reads(producer[p])
+        return memo[key]
 
-    return {name: reads(name) for name in table}
+    return {key: reads(key) for key in table}
+

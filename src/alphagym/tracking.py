@@ -79,8 +79,10 @@ class StageRun:
 
 
 @contextlib.contextmanager
-def stage_run(stage: str, params: Mapping[str, Any]) -> Iterator[StageRun]:
-    """Open one MLflow run for a stage execution; marks it FAILED if the stage raises."""
+def stage_run(stage: str, params: Mapping[str, Any], logged: Mapping[str, Any] | None = None) -> Iterator[StageRun]:
+    """Open one MLflow run for a stage execution; marks it FAILED if the stage raises.
+
+    `logged`: the params to record (a stage's declared keys); default every param."""
     cfg = params["tracking"]
     retries, backoff = int(cfg["lock_retries"]), float(cfg["lock_backoff_s"])
     if not cfg.get("enabled", True):
@@ -107,7 +109,7 @@ def stage_run(stage: str, params: Mapping[str, Any]) -> Iterator[StageRun]:
             "alphagym.profile": str(params.get("profile", "default")), "mlflow.runName": stage}
     run = with_lock_retry(lambda: client.create_run(exp_id, tags=tags, run_name=stage), retries, backoff)
     handle = StageRun(client, run.info.run_id, retries, backoff)
-    flat = flatten({k: v for k, v in params.items() if k != "profiles"})
+    flat = flatten(logged if logged is not None else {k: v for k, v in params.items() if k != "profiles"})
     plist = [Param(k[:250], v) for k, v in flat.items()]
     for i in range(0, len(plist), 100):
         chunk = plist[i:i + 100]

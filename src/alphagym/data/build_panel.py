@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 
 from alphagym.data.calendar import sessions
-from alphagym.panel import Panel
 from alphagym.errors import DataError
+from alphagym.panel import Panel
 
 PRICE_COLS = ["open", "high", "low", "close", "adjusted_close"]
 RULES = ("duplicate_dates", "non_positive_price", "high_low", "ohlc_bounds", "non_positive_volume",

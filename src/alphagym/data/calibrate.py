@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from alphagym.panel import Panel
 from alphagym.data.stylized import _acf, stylized_facts
+from alphagym.panel import Panel
 
 
 def _garch_t_moments(alpha: float, beta: float, df: float, n: int, seed: int) -> tuple[float, float]:
@@ -68,12 +68,12 @@ def simulated_facts(sim: dict[str, Any], *, calendar: str, start: str, end: str,
     """Stylized facts of the simulator averaged over seeds (crises are rare: one path is a noisy sample)."""
     from alphagym.data.simulator import simulate_market
 
-    runs = [stylized_facts(_quick_panel(simulate_market(sim, calendar=calendar, start=start, end=end, seed=s)))
+    runs = [stylized_facts(quick_panel(simulate_market(sim, calendar=calendar, start=start, end=end, seed=s)))
             for s in seeds]
     return {k: float(np.mean([r[k] for r in runs])) for k in runs[0]}
 
 
-def _quick_panel(market: Any) -> Panel:
+def quick_panel(market: Any) -> Panel:
     """Wide panel straight from simulated prices (no validation needed: the simulator is consistent)."""
     import pandas as pd
 

@@ -8,18 +8,12 @@ from typing import Any
 
 import pandas as pd
 
-from alphagym.config import results_dir
 from alphagym.data.csv_source import read_csv_folder
 from alphagym.data.simulator import simulate_market
 from alphagym.errors import ConfigError
 
 RAW_COLUMNS = ["date", "ticker", "open", "high", "low", "close", "adjusted_close", "volume",
                "dividend_amount", "split_coefficient", "source_file"]
-
-
-def raw_paths(params: dict[str, Any]) -> dict[str, Path]:
-    root = results_dir(params) / "raw"
-    return {"prices": root / "prices.parquet", "meta": root / "meta.json", "truth": root / "ground_truth.json"}
 
 
 def load_source(params: dict[str, Any]) -> tuple[pd.DataFrame, dict[str, str], dict[str, Any]]:
@@ -44,18 +38,16 @@ def load_source(params: dict[str, Any]) -> tuple[pd.DataFrame, dict[str, str], d
     raise ConfigError(f"data.source must be synthetic, csv or yfinance; got {src!r}")
 
 
-def write_raw(params: dict[str, Any], prices: pd.DataFrame, sectors: dict[str, str],
-              truth: dict[str, Any]) -> dict[str, Path]:
+def write_raw(paths: dict[str, Path], source: str, prices: pd.DataFrame, sectors: dict[str, str],
+              truth: dict[str, Any]) -> None:
     """Write atomically: each file goes to a temporary name first, so a failure never leaves half a file."""
-    paths = raw_paths(params)
-    paths["prices"].parent.mkdir(parents=True, exist_ok=True)
     prices = prices.copy()
     for col in RAW_COLUMNS:
         if col not in prices.columns:
             prices[col] = 1.0 if col == "split_coefficient" else 0.0
     prices = prices[RAW_COLUMNS].sort_values(["date", "ticker"], kind="stable").reset_index(drop=True)
     prices["date"] = pd.to_datetime(prices["date"])
-    meta = {"source": params["data"]["source"], "tickers": sorted(sectors), "sectors": sectors,
+    meta = {"source": source, "tickers": sorted(sectors), "sectors": sectors,
             "rows": int(len(prices))}
     outputs = {
         "prices": lambda p: prices.to_parquet(p, index=False, compression="zstd"),
@@ -66,4 +58,3 @@ def write_raw(params: dict[str, Any], prices: pd.DataFrame, sectors: dict[str, s
         tmp = paths[key].with_suffix(paths[key].suffix + ".tmp")
         write(tmp)
         tmp.replace(paths[key])
-    return paths

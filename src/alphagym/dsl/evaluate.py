@@ -15,12 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from alphagym.panel import DSL_FIELDS, Panel
 from alphagym.dsl.ast import Call, Field, Node, Num
 from alphagym.dsl.errors import UnavailableFieldError
 from alphagym.dsl.memory import keep_large_blocks_in_heap
 from alphagym.dsl.registry import OPS
-
+from alphagym.panel import DSL_FIELDS, Panel
 
 
 @dataclass

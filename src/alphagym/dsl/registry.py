@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from alphagym.dsl import elementwise as E
 from alphagym import kernels as K
+from alphagym.dsl import elementwise as E
 from alphagym.panel import DSL_FIELDS
 
 Array = np.ndarray

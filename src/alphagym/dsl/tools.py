@@ -1,24 +1,24 @@
-"""The `eval` and `alpha101` commands: inspect one formula, or the paper's 101."""
+"""The `eval` and `alpha101` tools: inspect one formula, or the paper's 101 (the CLI prints the results)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from alphagym.config import results_dir
-from alphagym.panel import Panel
 from alphagym.dsl.alpha101 import alpha101, describe
 from alphagym.dsl.canonical import canonical, fields_used, node_count, operators_used
-from alphagym.dsl.evaluate import DSL_FIELDS, Evaluator
+from alphagym.dsl.evaluate import Evaluator
 from alphagym.dsl.parser import Limits, lookback, parse
+from alphagym.panel import DSL_FIELDS, Panel
+from alphagym.pipeline import stage_table
 
 
-def default_panel(params: dict[str, Any]) -> Path:
-    return results_dir(params) / "panel" / "train.parquet"
+def default_panel(params: Any) -> Path:
+    """The train panel the `panel` stage writes."""
+    return stage_table(params)["panel"].paths("outs")["train"]
 
 
 def summarize(values: np.ndarray) -> dict[str, float]:
@@ -77,39 +77,3 @@ def run_alpha101(params: dict[str, Any], panel_path: str | None) -> list[dict[st
             d["coverage"] = round(float(np.isfinite(ev.evaluate(a.ast)).mean()), 4)
         rows.append(d)
     return rows
-
-
-def print_report(report: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    con = Console()
-    con.print(f"[bold]canonical[/] {report['canonical']}")
-    con.print(f"nodes {report['nodes']}  lookback {report['lookback']}  fields {', '.join(report['fields'])}")
-    p = report["panel"]
-    con.print(f"panel {p['path']}: {p['days']} days x {p['stocks']} stocks, {p['first']} .. {p['last']}")
-    table = Table("statistic", "value")
-    for k, v in report["values"].items():
-        table.add_row(k, f"{v:.6g}" if isinstance(v, float) else str(v))
-    con.print(table)
-    for note in report["notes"]:
-        con.print(f"[yellow]note[/] {note}")
-
-
-def print_alpha101(rows: list[dict[str, Any]], as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(rows, indent=1))
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table("#", "status", "lookback", "coverage", "canonical form or reason", show_lines=False)
-    for r in rows:
-        status = "ok" if r["usable"] else ("unusable" if r["parses"] else "no parse")
-        cov = f"{r['coverage']:.0%}" if "coverage" in r else "-"
-        table.add_row(str(r["number"]), status, str(r.get("lookback", "-")), cov,
-                      r["canonical"] if r["usable"] else r["reason"])
-    Console(width=200).print(table)
-    n_parse = sum(r["parses"] for r in rows)
-    n_use = sum(r["usable"] for r in rows)
-    print(f"{n_parse} of {len(rows)} parse verbatim from the paper's text; {n_use} usable on this panel")

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from alphagym.panel import Panel
-from alphagym.kernels import K_MEAN, K_STD, ts_moments
 from alphagym.engine.book import gross_pnl, market_forward, weights_from_signal
+from alphagym.kernels import K_MEAN, K_STD, ts_moments
+from alphagym.panel import Panel
 
 FACTOR_NAMES = ("market", "size", "momentum", "reversal", "low_volatility")
 

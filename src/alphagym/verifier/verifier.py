@@ -28,6 +28,7 @@ from alphagym.verifier import channels as ch
 from alphagym.verifier.archive import NoveltyArchive
 from alphagym.verifier.factors import FACTOR_NAMES, factor_returns, residual_sharpe_gap
 
+
 @dataclass
 class ScoreCard:
     text: str

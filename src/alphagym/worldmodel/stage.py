@@ -22,22 +22,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from alphagym.config import results_dir
-from alphagym.panel import Panel
 from alphagym.data.stylized import compare_facts, stylized_facts
 from alphagym.errors import AlphagymError
-from alphagym.tracking import stage_run
+from alphagym.panel import Panel
+from alphagym.tracking import StageRun
 from alphagym.worldmodel.train import train_world_model
 from alphagym.worldmodel.worlds import CHANNELS, DIRECTION, STATISTIC, WorldGenerator, panel_window_statistics
 
 
 class GateError(AlphagymError):
     """A world-model quality gate failed while the stress channel is switched on."""
-
-
-def world_paths(params: dict[str, Any]) -> dict[str, Path]:
-    root = results_dir(params) / "world_model"
-    return {"model": root / "model.pt", "gates": root / "gates.json", "worlds": root / "worlds"}
 
 
 def prediction_gate(validation: dict[str, float]) -> dict[str, Any]:
@@ -80,8 +74,8 @@ def gate_summary(prediction: dict[str, Any], channels: dict[str, dict[str, Any]]
 def _auc_gate(train: Panel, world_dir: Path, params: dict[str, Any], result: Any) -> dict[str, Any]:
     """Channel AUCs on the early part (training windows) vs the late part (the validation slice)."""
     from alphagym.dsl.alpha101 import alpha101
-    from alphagym.dsl.evaluate import DSL_FIELDS
     from alphagym.dsl.random_formula import random_formula
+    from alphagym.panel import DSL_FIELDS
     from alphagym.worldmodel.auc import channel_aucs
 
     cfg = params["worldmodel"]
@@ -92,54 +86,51 @@ def _auc_gate(train: Panel, world_dir: Path, params: dict[str, Any], result: Any
     return channel_aucs(train, worlds, formulas, split, params, float(cfg["auc_degrade_sharpe"]))
 
 
-def run_world_model(params: dict[str, Any]) -> dict[str, Any]:
+def world_model(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:
     cfg = params["worldmodel"]
-    paths = world_paths(params)
-    train = Panel.read_parquet(results_dir(params) / "panel" / "train.parquet")
-    with stage_run("world_model", params) as run:
-        result = train_world_model(train, cfg, int(params["seed"]),
-                                   log=lambda row, epoch: run.log_metrics(row, step=epoch))
-        gen = WorldGenerator(result.model, result.scaler, float(cfg["probe_ridge"]), float(cfg["max_latent_step"]),
-                             float(cfg["crash_window_share"]), int(params["seed"])).fit(train)
-        paths["worlds"].mkdir(parents=True, exist_ok=True)
-        base_world = gen.generate(train, "volatility", 0.0)
-        base_stats = panel_window_statistics(base_world, int(cfg["window"]))
-        base_facts = stylized_facts(base_world)
-        report: dict[str, Any] = {"prediction": prediction_gate(result.validation), "channels": {},
-                                  "probe_r2": gen.probe_r2, "decoder_slopes": gen.slopes,
-                                  "best_epoch": result.best_epoch}
-        for ch in CHANNELS:
-            world = gen.generate(train, ch, float(cfg["stress_magnitude"]))
-            world.write_parquet(paths["worlds"] / f"{ch}.parquet")
-            moved = panel_window_statistics(world, int(cfg["window"]))
-            facts = compare_facts(base_facts, stylized_facts(world), params["stylized_tolerance"])
-            exempt = set(cfg["facts_moved"].get(ch, []))
-            facts_ok = all(r["ok"] for r in facts if r["fact"] not in exempt)
-            sd = gen.stat_sd[ch]
-            report["channels"][ch] = {
-                "direction": direction_gate(base_stats, moved, sd, ch, float(cfg["min_move_sd"])),
-                "facts": {"pass": facts_ok, "exempt": sorted(exempt),
-                          "rows": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in r.items()}
-                                   for r in facts]}}
-        report["auc"] = _auc_gate(train, paths["worlds"], params, result)
-        for ch in CHANNELS:
-            value = report["auc"].get(ch)
-            report["channels"][ch]["auc"] = {"value": value, "pass": bool(value is not None and not np.isnan(value)
-                                                                        and value >= float(cfg["auc_min"]))}
-        report.update(gate_summary(report["prediction"], report["channels"]))
-        kept = report["kept_channels"]
-        torch.save({"state_dict": result.model.state_dict(), "config": cfg, "scaler_mean": result.scaler.mean,
-                    "scaler_std": result.scaler.std, "history": result.history}, paths["model"])
-        paths["gates"].write_text(json.dumps(report, indent=1))
-        run.log_metrics({"gates_pass": float(report["pass"]), "kept_channels": len(kept),
-                         **{f"val_{k}": v for k, v in result.validation.items()}})
-        run.log_artifact(paths["gates"])
+    train = Panel.read_parquet(deps["train"])
+    result = train_world_model(train, cfg, int(params["seed"]),
+                               log=lambda row, epoch: run.log_metrics(row, step=epoch))
+    gen = WorldGenerator(result.model, result.scaler, float(cfg["probe_ridge"]), float(cfg["max_latent_step"]),
+                         float(cfg["crash_window_share"]), int(params["seed"])).fit(train)
+    base_world = gen.generate(train, "volatility", 0.0)
+    base_stats = panel_window_statistics(base_world, int(cfg["window"]))
+    base_facts = stylized_facts(base_world)
+    report: dict[str, Any] = {"prediction": prediction_gate(result.validation), "channels": {},
+                              "probe_r2": gen.probe_r2, "decoder_slopes": gen.slopes,
+                              "best_epoch": result.best_epoch}
+    for ch in CHANNELS:
+        world = gen.generate(train, ch, float(cfg["stress_magnitude"]))
+        world.write_parquet(outs["worlds"] / f"{ch}.parquet")
+        moved = panel_window_statistics(world, int(cfg["window"]))
+        facts = compare_facts(base_facts, stylized_facts(world), params["stylized_tolerance"])
+        exempt = set(cfg["facts_moved"].get(ch, []))
+        facts_ok = all(r["ok"] for r in facts if r["fact"] not in exempt)
+        sd = gen.stat_sd[ch]
+        report["channels"][ch] = {
+            "direction": direction_gate(base_stats, moved, sd, ch, float(cfg["min_move_sd"])),
+            "facts": {"pass": facts_ok, "exempt": sorted(exempt),
+                      "rows": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in r.items()}
+                               for r in facts]}}
+    report["auc"] = _auc_gate(train, outs["worlds"], params, result)
+    for ch in CHANNELS:
+        value = report["auc"].get(ch)
+        report["channels"][ch]["auc"] = {"value": value, "pass": bool(value is not None and not np.isnan(value)
+                                                                    and value >= float(cfg["auc_min"]))}
+    report.update(gate_summary(report["prediction"], report["channels"]))
+    kept = report["kept_channels"]
+    torch.save({"state_dict": result.model.state_dict(), "config": dict(cfg), "scaler_mean": result.scaler.mean,
+                "scaler_std": result.scaler.std, "history": result.history}, outs["model"])
+    outs["gates"].write_text(json.dumps(report, indent=1))
+    run.log_metrics({"gates_pass": float(report["pass"]), "kept_channels": len(kept),
+                     **{f"val_{k}": v for k, v in result.validation.items()}})
+    run.log_artifact(outs["gates"])
     if not report["pass"]:
-        message = f"world-model gates failed: {report['failed']} (report: {paths['gates']})"
+        message = f"world-model gates failed: {report['failed']} (report: {outs['gates']})"
         if params["verifier"]["jepa_stress"]["enabled"]:
             raise GateError(message + "; switch verifier.jepa_stress.enabled off to run without R3")
         warnings.warn(message + "; R3 stays off (verifier.jepa_stress.enabled is false)", stacklevel=1)
-    return report
+    return {"pass": report["pass"], "kept_channels": kept, "prediction": report["prediction"]["pass"]}
 
 
 def gates_markdown(report: dict[str, Any]) -> str:

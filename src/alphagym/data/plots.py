@@ -1,31 +1,13 @@
-"""Figures: simulator vs real stylized facts, and a score card's book. matplotlib with the Agg backend."""
+"""Figure: the simulator's stylized facts next to real data's."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from alphagym.panel import Panel
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, path: str | Path) -> Path:
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    _plt().close(fig)
-    return path
+from alphagym.plotting import pyplot, save
 
 
 def _acf_curve(x: np.ndarray, lags: int) -> np.ndarray:
@@ -53,7 +35,7 @@ def _rolling_corr(logret: np.ndarray, window: int = 63, step: int = 5) -> tuple[
 
 
 def stylized_figure(real: Panel, sim: Panel, path: str | Path, title: str = "") -> Path:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(2, 2, figsize=(11, 7.5))
     for panel, label, color in ((real, "real", "black"), (sim, "simulator", "tab:orange")):
         c = panel["close"]
@@ -75,41 +57,4 @@ def stylized_figure(real: Panel, sim: Panel, path: str | Path, title: str = "") 
         a.legend(fontsize=8)
         a.grid(alpha=0.3)
     fig.suptitle(title or "simulator vs real data")
-    return _save(fig, path)
-
-
-def book_figure(card: Any, verifier: Any, path: str | Path) -> Path:
-    """Cumulative net and gross P&L with the CPCV blocks, daily turnover, and 63-day rolling IC."""
-    plt = _plt()
-    from alphagym.engine.cpcv import block_bounds
-
-    dates = verifier.panel.dates[:-2][verifier.rows]
-    book = verifier.book(verifier.evaluator.evaluate(_parse(card.formula, verifier)))
-    rows = verifier.rows
-    fig, ax = plt.subplots(3, 1, figsize=(11, 8), sharex=True, gridspec_kw={"height_ratios": [3, 1, 1]})
-    ax[0].plot(dates, np.cumsum(book.gross[rows]), color="gray", lw=1, label="gross")
-    ax[0].plot(dates, np.cumsum(book.net[rows]), color="tab:blue", lw=1.3, label="net of costs")
-    mkt = np.nan_to_num(verifier.market[rows])
-    ax[0].plot(dates, np.cumsum(mkt) * 0.1, color="tab:red", lw=0.8, alpha=0.6, label="market x 0.1")
-    for i, (lo, hi) in enumerate(block_bounds(int(rows.sum()), verifier.cfg["cpcv"]["blocks"])):
-        if i % 2:
-            ax[0].axvspan(dates[lo], dates[hi - 1], color="gray", alpha=0.08)
-    ax[0].set(title=f"{card.formula}\nCPCV {card.channels['cpcv']:+.2f}, net Sharpe "
-                    f"{card.metrics.get('sharpe_net', 0):.2f} (shaded: CPCV blocks)", ylabel="cumulative return")
-    ax[0].legend(fontsize=8)
-    ax[1].plot(dates, book.turnover[:-2][rows], lw=0.6)
-    ax[1].set(ylabel="turnover")
-    ic = book.ic[rows]
-    roll = np.convolve(np.nan_to_num(ic), np.ones(63) / 63, mode="same")
-    ax[2].plot(dates, roll, lw=0.8, color="tab:green")
-    ax[2].axhline(0, color="black", lw=0.5)
-    ax[2].set(ylabel="IC (63d mean)")
-    for a in ax:
-        a.grid(alpha=0.3)
-    return _save(fig, path)
-
-
-def _parse(formula: str, verifier: Any):
-    from alphagym.dsl.parser import parse
-
-    return parse(formula, verifier.limits)
+    return save(fig, path)

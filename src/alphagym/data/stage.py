@@ -1,0 +1,46 @@
+"""The data stages: `download` (simulate or fetch raw prices) and `panel` (validate, adjust, split)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from alphagym.data.build_panel import build_panel
+from alphagym.data.sources import load_source, write_raw
+from alphagym.data.stylized import stylized_facts
+from alphagym.tracking import StageRun
+
+
+def download(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:
+    prices, sectors, truth = load_source(params)
+    write_raw(outs, params["data"]["source"], prices, sectors, truth)
+    run.log_metrics({"rows": len(prices), "tickers": len(sectors)})
+    run.log_artifact(outs["meta"])
+    if params["data"]["source"] == "synthetic":
+        run.log_artifact(outs["truth"])
+    return {"wrote": str(outs["prices"]), "rows": len(prices), "tickers": len(sectors)}
+
+
+def panel(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:
+    meta = json.loads(deps["meta"].read_text())
+    prices = pd.read_parquet(deps["prices"])
+    train, holdout, repairs = build_panel(prices, meta["sectors"], params)
+    train.write_parquet(outs["train"])
+    holdout.write_parquet(outs["holdout"])
+    outs["repairs"].write_text(json.dumps(repairs, indent=1))
+    facts = stylized_facts(train)
+    summary = {"train_sessions": train.shape[0], "holdout_sessions": int(holdout.in_holdout.sum()),
+               "holdout_warmup_sessions": int((~holdout.in_holdout).sum()), "stocks": train.shape[1],
+               "train_first": str(train.dates[0].date()), "train_last": str(train.dates[-1].date()),
+               "holdout_first": str(holdout.dates[holdout.in_holdout][0].date()),
+               "holdout_last": str(holdout.dates[-1].date()), "repairs": len(repairs),
+               "stylized_facts_train": facts}
+    outs["summary"].write_text(json.dumps(summary, indent=1))
+    run.log_metrics({"train_sessions": summary["train_sessions"], "repairs": len(repairs),
+                     **{f"train.{k}": v for k, v in facts.items()}})
+    run.log_artifact(outs["repairs"])
+    run.log_artifact(outs["summary"])
+    return summary

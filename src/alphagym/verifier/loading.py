@@ -1,0 +1,63 @@
+"""Build verifiers from the pipeline's outputs: the novelty archive, the kept stress worlds, a panel.
+
+Paths come from the stage table, so the `score` tool and later stages (RL, probe) read exactly the files
+the stages wrote.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from alphagym.dsl.alpha101 import alpha101
+from alphagym.dsl.parser import Limits
+from alphagym.engine.scorer import BookScorer
+from alphagym.panel import DSL_FIELDS, Panel
+from alphagym.pipeline import stage_table
+from alphagym.verifier.archive import NoveltyArchive
+from alphagym.verifier.verifier import Verifier
+
+
+def seed_archive(panel: Panel, params: Any, progress: bool = True,
+                 archive: NoveltyArchive | None = None) -> tuple[NoveltyArchive, dict[str, int]]:
+    """Add every usable Alpha101 book that trades (valid under the verifier's rules or not) to an archive."""
+    from tqdm import tqdm
+
+    scorer = BookScorer(panel, params["verifier"])
+    if archive is None:
+        archive = NoveltyArchive(int(scorer.rows.sum()), params["verifier"]["novelty_pnl"]["capacity"])
+    alphas = [a for a in alpha101(Limits.from_params(params["dsl"]["limits"]), frozenset(DSL_FIELDS)) if a.usable]
+    added = 0
+    for a in tqdm(alphas, desc="seeding novelty archive", disable=not progress, unit="alpha"):
+        before = len(archive)
+        archive.add(scorer.net(a.ast)[scorer.rows], a.canonical, f"alpha101#{a.number}")
+        added += len(archive) > before
+    return archive, {"alphas": len(alphas), "added": added}
+
+
+def load_kept_worlds(gates_path: Path, worlds_dir: Path) -> dict[str, Panel]:
+    """The worlds the gate report kept (a missing report means no worlds)."""
+    if not gates_path.is_file():
+        return {}
+    kept = json.loads(gates_path.read_text()).get("kept_channels", [])
+    return {c: Panel.read_parquet(worlds_dir / f"{c}.parquet") for c in kept}
+
+
+def load_verifier(params: Any, window: str) -> tuple[Verifier, str | None]:
+    """A verifier on the train or holdout panel; the train one loads the archive (or seeds it in memory)
+    and, with R3 on, the kept stress worlds. Returns a note when something had to be built in memory."""
+    table = stage_table(params)
+    panel = Panel.read_parquet(table["panel"].outs[window])
+    if window == "holdout":
+        return Verifier(panel, params, window="holdout"), None
+    worlds = {}
+    if params["verifier"]["jepa_stress"]["enabled"]:
+        wm = table["world_model"].paths("outs")
+        worlds = load_kept_worlds(wm["gates"], wm["worlds"])
+    path = table["archive"].paths("outs")["archive"]
+    if path.is_file():
+        return Verifier(panel, params, NoveltyArchive.load(path), stress_worlds=worlds), None
+    verifier = Verifier(panel, params, stress_worlds=worlds)
+    seed_archive(panel, params, progress=False, archive=verifier.archive)
+    return verifier, f"{path} not found: seeded the novelty archive with Alpha101 in memory (run `alphagym archive`)"

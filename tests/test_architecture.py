@@ -1,0 +1,100 @@
+"""Architecture, checked: layers point down, each stage declares the code it runs and the params it reads."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+import pytest
+
+from alphagym.config import ParamsView
+from alphagym.errors import ConfigError
+from alphagym.pipeline import COMMON_CODE, stage_table
+from alphagym.stages import run_stage
+
+BIN = Path(sys.executable).parent
+# Modules that cannot change a stage's outputs: typed errors and MLflow logging. A change to them
+# rightly does not rerun anything, so they need not be declared.
+NEUTRAL = {"alphagym.errors", "alphagym.tracking"}
+
+
+def _lint(cwd: Path, pythonpath: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **({"PYTHONPATH": pythonpath} if pythonpath else {})}
+    return subprocess.run([str(BIN / "lint-imports"), "--no-cache"], cwd=cwd, capture_output=True, text=True,
+                          env=env)
+
+
+def test_import_contracts_hold(root):
+    out = _lint(root)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "0 broken" in out.stdout
+
+
+def test_a_wrong_way_import_breaks_the_layers(root, tmp_path):
+    """The contract can fail: the panel module (bottom layer) importing the verifier (an area) breaks it."""
+    shutil.copytree(root / "src" / "alphagym", tmp_path / "src" / "alphagym",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(root / "pyproject.toml", tmp_path / "pyproject.toml")
+    panel = tmp_path / "src" / "alphagym" / "panel.py"
+    panel.write_text(panel.read_text() + "\nimport alphagym.verifier.channels  # noqa\n")
+    out = _lint(tmp_path, str(tmp_path / "src"))
+    assert out.returncode != 0 and "BROKEN" in out.stdout
+    assert "alphagym.panel -> alphagym.verifier.channels" in out.stdout
+
+
+def _covered(module: str, declared: tuple[str, ...]) -> bool:
+    parts = module.split(".")
+    as_file = "src/" + "/".join(parts) + ".py"
+    as_pkg = "src/" + "/".join(parts) + "/__init__.py"
+    for d in declared:
+        if as_file == d or as_file.startswith(d.rstrip("/") + "/") or as_pkg.startswith(d.rstrip("/") + "/"):
+            return True
+    return False
+
+
+def test_declared_code_covers_every_module_a_stage_imports(params):
+    """Each stage's `code` must cover every alphagym module its stage function imports, transitively
+    (function-level imports included): a change there must rerun the stage under DVC and Snakemake."""
+    graph = grimp.build_graph("alphagym")
+    for key, stage in stage_table(params).items():
+        module = stage.func.split(":")[0]
+        used = {module} | graph.find_upstream_modules(module)
+        used = {m for m in used if m.startswith("alphagym.") and m not in NEUTRAL}
+        missing = sorted(m for m in used if not _covered(m, COMMON_CODE + stage.code))
+        assert not missing, f"stage {key!r} runs {missing} but its row in pipeline.py does not declare them"
+
+
+def test_code_coverage_check_can_fail(params):
+    assert not _covered("alphagym.verifier.channels", ("src/alphagym/engine", "src/alphagym/dsl"))
+    assert _covered("alphagym.verifier.channels", ("src/alphagym/verifier",))
+    assert _covered("alphagym.panel", ("src/alphagym/panel.py",))
+
+
+def test_params_view_refuses_undeclared_keys(params):
+    view = ParamsView(params, ("seed", "verifier.cpcv"), "demo")
+    assert view["seed"] == params["seed"] and view.verifier.cpcv.blocks == params["verifier"]["cpcv"]["blocks"]
+    assert list(view) == ["seed", "verifier"] and list(view["verifier"]) == ["cpcv"]
+    with pytest.raises(ConfigError, match="stage 'demo' read the parameter 'verifier.costs'"):
+        view["verifier"]["costs"]
+    with pytest.raises(ConfigError, match="'data'"):
+        _ = view.data
+    assert view.reads == {"seed", "verifier.cpcv"}
+
+
+def test_every_stage_runs_on_the_params_it_declares(root, tmp_path):
+    """Run each stage of the smoke profile in order, each seeing only its declared params (an undeclared
+    read raises), and record what it read."""
+    from alphagym.config import load_params
+
+    p = load_params(root / "params.yaml", ["profile=smoke", f"paths.results={tmp_path}/results",
+                                           "tracking.enabled=false"])
+    for key, stage in stage_table(p).items():
+        reads: set[str] = set()
+        run_stage(p, key, reads=reads)
+        assert reads, key
+        assert all(any(r == d or r.startswith(d + ".") for d in stage.params) for r in reads), key
+        assert all(Path(path).exists() for path in stage.outs.values()), key

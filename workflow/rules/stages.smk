@@ -1,0 +1,83 @@
+# One rule per row of the stage table (STAGE_ROWS, set by the including Snakefile, with PARAMS).
+# - inputs, outputs, threads and the shell command come from the row;
+# - rule params hold the values of the params keys the row declares and a content hash of its code, so
+#   Snakemake's params trigger reruns a stage whose params or code changed (as DVC does);
+# - a family row (e.g. the ladder's rungs) becomes one rule with a wildcard;
+# - on success, `dvc commit` records what ran in dvc.lock and the DVC cache, so `dvc status` agrees with
+#   Snakemake and `dvc push` has the outputs to send.
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from alphagym.pipeline import COMMON_CODE, code_hash, expand, params_values, stage_table
+
+RESULTS_ROOT = str(PARAMS["paths"]["results"])
+
+
+def _stage_rule_paths(row, paths):
+    wc = row.family.wildcard if row.family else None
+    return {k: (v.replace("{item}", "{" + wc + "}") if wc else v) for k, v in paths.items()}
+
+
+def _command(row):
+    if row.family is None:
+        return row.cmd
+    return lambda wildcards, r=row: expand(r, wildcards[r.family.wildcard]).cmd
+
+
+def _values(row):
+    if row.family is None:
+        return json.dumps(params_values(PARAMS, row.params), sort_keys=True)
+    return lambda wildcards, r=row: json.dumps(
+        params_values(PARAMS, expand(r, wildcards[r.family.wildcard]).params), sort_keys=True)
+
+
+for _row in STAGE_ROWS:
+    _wc = _row.family.wildcard if _row.family else None
+    _outs = _stage_rule_paths(_row, _row.outs)
+    _log = f"{RESULTS_ROOT}/logs/{_row.name}" + (f"_{{{_wc}}}" if _wc else "") + ".log"
+
+    rule:
+        name:
+            _row.name
+        input:
+            **_stage_rule_paths(_row, _row.deps),
+        output:
+            **{k: (directory(v) if k in _row.directories else v) for k, v in _outs.items()},
+        # the directives below are read when the rule is defined, except `shell`, which runs later in this
+        # file's namespace (the loop variables would hold the last row by then): the command travels as a
+        # rule param instead.
+        params:
+            cmd=_command(_row),
+            values=_values(_row),
+            code=code_hash(tuple(COMMON_CODE) + tuple(_row.code)),
+        threads: _row.threads
+        log:
+            _log,
+        shell:
+            "{params.cmd} > {log} 2>&1"
+
+
+onsuccess:
+    dvc = shutil.which("dvc")
+    if dvc is None or not Path(".dvc").is_dir():
+        print("alphagym: not a DVC repository (or no dvc on PATH): dvc.lock not updated")
+    else:
+        done = [key for key, s in stage_table(PARAMS, STAGE_ROWS).items()
+                if all(Path(p).exists() for p in s.outs.values())]
+        if done:
+            # `dvc commit` copies each output into the cache and back, which renews its mtime; Snakemake
+            # would then see inputs newer than outputs and rerun everything. Put the mtimes back.
+            files = [f for key in done for p in stage_table(PARAMS, STAGE_ROWS)[key].outs.values()
+                     for f in ([p] if Path(p).is_file() else [q for q in Path(p).rglob("*") if q.is_file()])]
+            stamps = {str(f): os.stat(f).st_mtime_ns for f in files}
+            res = subprocess.run([dvc, "commit", "--force", "--quiet", *done], capture_output=True, text=True)
+            for f, ns in stamps.items():
+                if os.path.exists(f):
+                    os.utime(f, ns=(ns, ns))
+            if res.returncode:
+                print(f"alphagym: `dvc commit` failed, dvc.lock not updated:\n{res.stderr}")
+            else:
+                print(f"alphagym: recorded {', '.join(done)} in dvc.lock and the DVC cache")
