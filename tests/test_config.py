@@ -42,3 +42,85 @@ def test_exponent_floats_are_floats(root, tmp_path):
     assert isinstance(base["worldmodel"]["lr"], float) and isinstance(base["worldmodel"]["weight_decay"], float)
     assert isinstance(base["verifier"]["costs"]["holdout"]["book_usd"], float)
     assert load_params(root / "params.yaml", ["data.start=2012-06-29"])["data"]["start"] != 2012.0
+
+
+# Each of these was once accepted silently (a wrong number) or crashed with a raw traceback.
+BAD_VALUES = [
+    ("verifier.costs.train.fee_bps=-100", "verifier.costs.train.fee_bps = -100", "greater than or equal to 0"),
+    ("verifier.costs.train.fee_bps=.nan", "verifier.costs.train.fee_bps = nan", "finite number"),
+    ("verifier.costs.train.fee_bps=abc", "verifier.costs.train.fee_bps = 'abc'", "valid number"),
+    ("verifier.cpcv.std_penalty=-5", "verifier.cpcv.std_penalty = -5", "greater than or equal to 0"),
+    ("data.holdout_warmup_sessions=-5", "data.holdout_warmup_sessions = -5", "greater than or equal to 0"),
+    ("data.validation.max_fill_gap=-1", "data.validation.max_fill_gap = -1", "greater than or equal to 0"),
+    ("verifier.book.max_flat_share=-1", "verifier.book.max_flat_share = -1", "greater than or equal to 0"),
+    ("verifier.min_turnover.ramp_to=0.08", "verifier.min_turnover", "invalid_below <= ramp_to < free"),
+    ("verifier.cpcv.blocks=1", "verifier.cpcv.blocks = 1", "greater than or equal to 2"),
+    ("verifier.cpcv.blocks=0", "verifier.cpcv.blocks = 0", "greater than or equal to 2"),
+    ("verifier.cpcv.test_blocks=7", "verifier.cpcv", "test_blocks must be between 1 and blocks - 1 = 5"),
+    ("dsl.window_buckets=[]", "dsl.window_buckets = []", "at least 1 item"),
+    ("verifier.cpcv=3", "verifier.cpcv = 3", "valid dictionary"),
+    ("data.start=notadate", "data.start = 'notadate'", "YYYY-MM-DD"),
+    ("seed=abc", "seed = 'abc'", "valid integer"),
+    ("tracking.lock_retries=0", "tracking.lock_retries = 0", "greater than or equal to 1"),
+    ("dsl.limits.max_depth=46", "dsl.limits.max_depth = 46", "less than or equal to 32"),
+    ("data.train_end=2030-01-01", "data", "start < train_end < holdout_start <= end"),
+    ("worldmodel.heads=3", "worldmodel", "heads (3) must divide d_model (64)"),
+]
+
+
+@pytest.mark.parametrize("override, key, allowed", BAD_VALUES, ids=[b[0] for b in BAD_VALUES])
+def test_bad_values_fail_at_load_naming_key_value_and_rule(root, override, key, allowed):
+    with pytest.raises(ConfigError) as err:
+        load_params(root / "params.yaml", [override])
+    message = str(err.value)
+    assert str(root / "params.yaml") in message and key in message and allowed in message, message
+
+
+def test_bad_value_in_an_unselected_profile_fails_too(root, tmp_path):
+    text = (root / "params.yaml").read_text().replace("max_epochs: 3,", "max_epochs: -3,")
+    (tmp_path / "params.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=r"profile 'smoke'.*\n  worldmodel.max_epochs = -3"):
+        load_params(tmp_path / "params.yaml")
+
+
+def test_unknown_key_in_the_file_is_named(root, tmp_path):
+    text = (root / "params.yaml").read_text().replace("  workers: 1", "  workers: 1\n  wokers: 2")
+    (tmp_path / "params.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=r"verifier.wokers = 2: Extra inputs are not permitted"):
+        load_params(tmp_path / "params.yaml")
+
+
+def test_unknown_calendar_is_named_when_the_data_stages_read_it(root):
+    from alphagym.data.calendar import sessions
+
+    p = load_params(root / "params.yaml", ["data.calendar=XXXX"])
+    with pytest.raises(ConfigError, match="data.calendar = 'XXXX': not a calendar exchange_calendars knows"):
+        sessions(p.data.calendar, p.data.start, p.data.end)
+
+
+def test_every_field_is_typed_described_and_without_a_default():
+    """params.yaml is the one place where values live: a missing key is an error, not a hidden default."""
+    from alphagym.params import Params, Section
+
+    seen, todo = set(), [Params]
+    while todo:
+        model = todo.pop()
+        if model in seen:
+            continue
+        seen.add(model)
+        for name, f in model.model_fields.items():
+            assert f.is_required(), f"{model.__name__}.{name} has a default"
+            assert f.description or (isinstance(f.annotation, type) and issubclass(f.annotation, Section)), \
+                f"{model.__name__}.{name} has no description"
+            if isinstance(f.annotation, type) and issubclass(f.annotation, Section):
+                todo.append(f.annotation)
+    assert len(seen) > 20
+
+
+def test_params_read_as_typed_attributes_and_as_a_mapping(root):
+    p = load_params(root / "params.yaml")
+    assert p.verifier.cpcv.blocks == p["verifier"]["cpcv"]["blocks"] == 6
+    assert dict(p.verifier.costs.train) == {"fee_bps": 2.0, "slippage_bps": 1.0, "half_spread_bps": 0.5,
+                                            "impact_bps": 0.5}
+    with pytest.raises(Exception, match="frozen"):
+        p.verifier.cpcv.blocks = 3

@@ -1,5 +1,7 @@
 """Holdout costs (per stock, harsher) and the holdout score, on worked cases."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -7,7 +9,7 @@ from alphagym.config import load_params
 from alphagym.engine.costs import HoldoutCosts
 from alphagym.verifier.verifier import Verifier
 
-P = load_params("params.yaml")
+P = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
 CFG = P["verifier"]["costs"]["holdout"]
 
 

@@ -1,5 +1,7 @@
 """Reward-hack regression suite: each hack of the seed gym's log, reproduced and shown closed."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -8,7 +10,7 @@ from alphagym.dsl.random_formula import random_formula
 from alphagym.engine.book import forward_open_returns, gross_pnl, weights_from_signal
 from alphagym.verifier.verifier import Verifier
 
-P = load_params("params.yaml")
+P = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
 PRIORITIES = P["verifier"]["priorities"]
 
 

@@ -24,7 +24,9 @@ def test_same_seed_same_bytes_other_seed_other_market(params, tmp_path):
         train, holdout, _ = build_panel(prices, sectors, q)
         train.write_parquet(tmp_path / sub / "train.parquet")
         digests.append(_digest(tmp_path / sub / "train.parquet"))
-        write_raw(q, prices, sectors, truth)
+        raw = {k: tmp_path / sub / f"{k}.out" for k in ("prices", "meta", "truth")}
+        write_raw(raw, "synthetic", prices, sectors, truth)
+        digests[-1] += "".join(_digest(f) for f in raw.values())
     assert digests[0] == digests[1]
     assert digests[0] != digests[2]
 
@@ -66,8 +68,8 @@ def test_volume_rises_with_absolute_returns(sim_panels):
     assert corr > 0.05
 
 
-def test_crisis_raises_correlation_and_lowers_dimension():
-    p = load_params("params.yaml")
+def test_crisis_raises_correlation_and_lowers_dimension(root):
+    p = load_params(root / "params.yaml")
     sim = dict(p["simulator"])
     calm = dict(sim, calibrated=dict(sim["calibrated"], crisis_enter_prob=0.0))
     always = dict(sim, calibrated=dict(sim["calibrated"], crisis_enter_prob=1.0, crisis_exit_prob=0.0))

@@ -1,5 +1,7 @@
 """Stress-world mechanics: probes, the identity world, complete panels; and the stage's gate logic."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -12,9 +14,11 @@ from alphagym.worldmodel.worlds import (
     WorldGenerator,
     panel_statistics,
     panel_window_statistics,
+    torch_window_statistics,
     window_statistics,
 )
 
+ROOT = Path(__file__).resolve().parents[1]
 CFG = {"window": 16, "stride": 8, "mask_share": 0.25, "mask_span": 4, "d_model": 16, "heads": 2, "time_layers": 1,
        "stock_layers": 1, "ema": 0.9, "geometry_weight": 0.1, "decoder_weight": 1.0, "batch_size": 8, "lr": 3e-3,
        "weight_decay": 0.0, "max_epochs": 3, "patience": 10, "val_share": 0.2, "threads": 1}
@@ -49,13 +53,13 @@ def test_shifted_worlds_are_complete_valid_panels(generator, channel):
 def test_crash_world_moves_only_its_episode_windows(generator):
     """A crash world shifts a seeded share of the windows; the others reproduce the panel as the unshifted
     world does, and the shifted ones get deeper crashes."""
-    p, g = generator
+    import copy
+
+    p, shared = generator
+    g = copy.copy(shared)                      # the module fixture stays as it was
     g.crash_share, g.seed = 0.5, 3
-    try:
-        w, base = g.generate(p, "crash", 2.0), g.generate(p, "volatility", 0.0)
-        chosen = g.crash_windows(len(range(1, p.shape[0] - g.model.window + 1, g.model.window)))
-    finally:
-        g.crash_share = 1.0
+    w, base = g.generate(p, "crash", 2.0), g.generate(p, "volatility", 0.0)
+    chosen = g.crash_windows(len(range(1, p.shape[0] - g.model.window + 1, g.model.window)))
     assert 0 < len(chosen) < 20 and np.array_equal(chosen, np.unique(chosen))
     win = g.model.window
     cc, cb = np.log(w["close"][1:] / w["close"][:-1]), np.log(base["close"][1:] / base["close"][:-1])
@@ -73,9 +77,13 @@ def test_crash_world_moves_only_its_episode_windows(generator):
 
 
 def test_probes_fit_in_sample(generator):
-    _, g = generator
+    """The latents carry each statistic: the ridge probe explains part of it in sample (measured 0.13-0.41
+    on this tiny model), and shrinking the probe to nothing (a huge ridge) explains none of it."""
+    p, g = generator
     assert set(g.probe_r2) == set(CHANNELS)
-    assert all(0.0 <= r2 <= 1.0 + 1e-9 for r2 in g.probe_r2.values())
+    assert all(0.05 < r2 <= 1.0 for r2 in g.probe_r2.values()), g.probe_r2
+    shrunk = WorldGenerator(g.model, g.scaler, ridge=1e6, max_step=1.0).fit(p)
+    assert all(r2 < 1e-3 for r2 in shrunk.probe_r2.values()), shrunk.probe_r2
 
 
 def test_window_statistics_on_known_cases():
@@ -104,8 +112,15 @@ def test_gate_logic():
 
 
 def test_panel_statistics_average_windows(sim_panels):
-    s = panel_statistics(sim_panels[0].slice_days(0, 300), 32)
-    assert set(s) == {"dispersion", "trend", "correlation", "volatility", "crash"}
+    """The panel statistic is the mean over consecutive non-overlapping windows of log close returns."""
+    p = sim_panels[0].slice_days(0, 300)
+    s = panel_statistics(p, 32)
+    cc = np.log(p["close"][1:] / p["close"][:-1])
+    windows = [window_statistics(cc[i:i + 32]) for i in range(0, len(cc) - 32 + 1, 32)]
+    assert len(windows) == 9 and set(s) == {"dispersion", "trend", "correlation", "volatility", "crash"}
+    for k in s:
+        assert s[k] == pytest.approx(np.mean([w[k] for w in windows]), rel=1e-12)
+    assert 0.005 < s["volatility"] < 0.05 and 0.05 < s["correlation"] < 0.9 and s["crash"] < 0
 
 
 def test_auc_definition():
@@ -125,9 +140,10 @@ def test_channel_aucs_run_on_worlds(generator):
     p, g = generator
     worlds = {c: g.generate(p, c, 2.0) for c in ("volatility", "crash")}
     out = channel_aucs(p, worlds, ["rank(volume)", "rank(-ts_delta(close, 3))", "rank(ts_std(volume, 10))",
-                                   "rank(high - low)", "close"], 300, load_params("params.yaml"), 0.5)
+                                   "rank(high - low)", "close"], 300, load_params(ROOT / "params.yaml"), 0.5)
     assert out["formulas"] == 5 and set(out) >= {"volatility", "crash"}
-    assert all(np.isnan(out[c]) or 0.0 <= out[c] <= 1.0 for c in ("volatility", "crash"))
+    assert 0 < out["degraders"] < 5, out                 # both classes present, so the AUC is defined
+    assert all(0.0 <= out[c] <= 1.0 for c in ("volatility", "crash")), out
 
 
 def test_r3_in_the_verifier(generator):
@@ -136,7 +152,7 @@ def test_r3_in_the_verifier(generator):
     from alphagym.verifier.verifier import Verifier
 
     p, g = generator
-    params = load_params("params.yaml")
+    params = load_params(ROOT / "params.yaml")
     same = {"identity": g.generate(p, "volatility", 0.0)}           # a world equal to the market
     v0 = Verifier(p, params)
     v1 = Verifier(p, params, stress_worlds=same)
@@ -169,7 +185,7 @@ def test_r3_spares_the_planted_effect_and_charges_a_slow_beta_tilt(generator):
 
     p, g = generator
     worlds = {c: g.generate(p, c, 2.0) for c in ("trend_flip", "correlation", "crash")}
-    v = Verifier(p, load_params("params.yaml"), stress_worlds=worlds)
+    v = Verifier(p, load_params(ROOT / "params.yaml"), stress_worlds=worlds)
     honest = v.score("rank(ts_std(volume, 20) / ts_mean(volume, 20))")
     tilt = v.score("rank(ts_std(returns, 63))")
     assert honest.valid and tilt.valid and honest.channels["cpcv"] > 0.5
@@ -220,3 +236,20 @@ def test_gates_markdown_renders_every_channel():
     md = gates_markdown(report)
     assert "| crash | +1.500 (pass) | pass | 0.600 | yes |" in md
     assert "failed: prediction" in md
+
+
+def test_numpy_and_torch_window_statistics_agree():
+    """The gate measures worlds with the numpy statistics, the directions are found with the torch ones
+    (differentiable): both must give the same numbers on the same windows."""
+    import torch
+
+    rng = np.random.default_rng(5)
+    market = rng.standard_normal((6, 64, 1)) * 0.01
+    windows = market + rng.standard_normal((6, 64, 12)) * 0.02 * rng.uniform(0.5, 2.0, (1, 1, 12))
+    windows[2, 20:25] -= 0.05                                        # a crash in one window
+    got = torch_window_statistics(torch.tensor(windows.transpose(0, 2, 1)))
+    for k, w in enumerate(windows):
+        want = window_statistics(w)
+        assert set(want) == set(got)
+        for name, value in want.items():
+            assert float(got[name][k]) == pytest.approx(value, rel=1e-9, abs=1e-12), name

@@ -28,7 +28,7 @@ def _params(args: argparse.Namespace) -> Any:
 def cmd_stage(args: argparse.Namespace) -> int:
     from alphagym.stages import run_stage
 
-    key = args.stage if args.family_option is None else f"{args.stage}@{getattr(args, args.family_option)}"
+    key = args.stage if args.family_option is None else f"{args.stage}@{vars(args)[args.family_option]}"
     summary = run_stage(_params(args), key)
     print(json.dumps(summary, indent=1, default=str))
     return 0

@@ -32,10 +32,10 @@ class Section(BaseModel):
     def __getitem__(self, key: str) -> Any:
         if key not in type(self).model_fields:
             raise KeyError(key)
-        return getattr(self, key)
+        return self.__dict__[key]
 
     def get(self, key: str, default: Any = None) -> Any:
-        return getattr(self, key) if key in type(self).model_fields else default
+        return self.__dict__[key] if key in type(self).model_fields else default
 
     def __iter__(self) -> Iterator[str]:      # type: ignore[override]  # keys, as a mapping iterates
         return iter(type(self).model_fields)
@@ -47,10 +47,10 @@ class Section(BaseModel):
         return list(type(self).model_fields)
 
     def items(self) -> Iterator[tuple[str, Any]]:
-        return ((k, getattr(self, k)) for k in type(self).model_fields)
+        return ((k, self.__dict__[k]) for k in type(self).model_fields)
 
     def values(self) -> Iterator[Any]:
-        return (getattr(self, k) for k in type(self).model_fields)
+        return (self.__dict__[k] for k in type(self).model_fields)
 
     def __len__(self) -> int:
         return len(type(self).model_fields)
@@ -185,8 +185,7 @@ class Simulator(Section):
 
     @model_validator(mode="after")
     def _ranges(self) -> Simulator:
-        for name in ("beta_range", "price_start_range"):
-            lo, hi = getattr(self, name)
+        for name, (lo, hi) in (("beta_range", self.beta_range), ("price_start_range", self.price_start_range)):
             if lo > hi:
                 raise ValueError(f"{name} must be [low, high]; got [{lo}, {hi}]")
         if sum(self.sector_counts.values()) < 2:

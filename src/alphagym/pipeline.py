@@ -76,7 +76,7 @@ class Stage:
         return f"{self.name}@{self.item}" if self.item is not None else self.name
 
     def paths(self, which: str) -> dict[str, Path]:
-        return {role: Path(p) for role, p in getattr(self, which).items()}
+        return {role: Path(p) for role, p in {"deps": self.deps, "outs": self.outs}[which].items()}
 
 
 def table_rows(r: str = "results", profile_arg: str = "") -> list[Stage]:

@@ -20,7 +20,7 @@ from alphagym.tracking import stage_run
 
 def resolve(func: str) -> Any:
     module, name = func.split(":")
-    return getattr(importlib.import_module(module), name)
+    return vars(importlib.import_module(module))[name]
 
 
 def find_stage(params: Mapping[str, Any], key: str, rows: list[Stage] | None = None) -> tuple[Stage, dict]:
