@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export MLFLOW_DISABLE_TELEMETRY := true
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup run smoke test lint bench mlflow-ui clean
+.PHONY: setup run smoke test lint bench dag mlflow-ui clean
 
 setup: $(VENV)/.installed
 
@@ -28,9 +28,14 @@ test: setup
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/lint-imports
 
 bench: setup
 	$(PY) benchmarks/bench_eval.py
+
+# The DAG picture in the README (needs graphviz's `dot`: apt-get install graphviz).
+dag: setup
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH snakemake --dag --forceall | dot -Tpng -Gdpi=110 > docs/img/dag.png
 
 mlflow-ui: setup
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/results/mlflow/mlflow.db

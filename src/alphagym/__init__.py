@@ -3,9 +3,8 @@
 import os
 
 # numba's parallel kernels and torch share one OpenMP runtime. With its default active wait policy the
-# threads that ran a numba kernel keep spinning afterwards and starve torch's threads: the smoke world
-# model took 117 s after one parallel rank in the same process against 13 s without it, and 26 s with
-# the passive policy (BENCHMARKS.md). Set before numba or torch loads OpenMP; a user's own value wins.
+# threads that ran a numba kernel keep spinning afterwards and starve torch's threads (BENCHMARKS.md,
+# "OpenMP wait policy"). Set before numba or torch loads OpenMP; a user's own value wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __version__ = "0.1.0"

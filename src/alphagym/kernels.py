@@ -2,9 +2,8 @@
 
 Layout: time-series kernels walk the days in order and update one state vector per stock (a sum, a count
 of missing values...) with an inner loop over the stocks of the day's row. That inner loop reads contiguous
-memory and is branch-free (selects, not ifs), so the compiler vectorises it; measured 2-3x faster on one
-core than the former one-stock-per-thread kernels on two (a stock's running sum is a serial dependency;
-a row of 46 stocks is not). O(d)-per-cell kernels run blocks of rows in parallel; the cross-sectional
+memory and is branch-free (selects, not ifs), so the compiler vectorises it (a stock's running sum is a
+serial dependency; a row of 46 stocks is not). O(d)-per-cell kernels run blocks of rows in parallel; the cross-sectional
 rank runs one day per thread.
 Streaming, O(1) per cell where an update rule exists:
 - sums, mean, std, zscore, cov, corr: add/remove updates of values centred on an anchor; every d rows the

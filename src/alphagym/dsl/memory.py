@@ -2,8 +2,8 @@
 
 Why: every kernel returns a fresh (days x stocks) array of about 1.3 MB. glibc serves blocks that large
 with mmap and returns them to the OS on free, so each new array costs one page fault per 4 KiB page when
-it is first written (measured on this VM: the cross-sectional rank took 1.2 ms instead of 0.43 ms, all of
-the difference page faults). Raising glibc's mmap and trim thresholds serves those blocks from the heap
+it is first written, and on a panel this size the page faults cost more than the kernel itself
+(docs/notes/evaluator-performance.md). Raising glibc's mmap and trim thresholds serves those blocks from the heap
 and keeps them there for reuse. Process-wide and harmless elsewhere (numpy and pandas allocate the same
 way, so the pandas reference in the benchmark gains from it too). A no-op on non-glibc platforms.
 """

@@ -7,10 +7,9 @@ statistic, averaged over the training windows, with respect to that shift. A wor
 along it by the step that shifts the statistic by `magnitude` standard deviations (found by bisection on
 the training windows, capped at `max_step` latent norms); the crash world moves only a seeded share of the
 windows, since crashes are episodes; trend is flipped instead (each window by the step
-that takes its trend to minus itself). The first version used ridge probes from latents to the statistics:
-the latents carry trend and correlation (probe R^2 0.94 and 0.88) but moving along the probe barely moved
-the decoded trend or correlation (0.01 sd), since the probe direction is not one the decoder responds to.
-The probes stay as a diagnostic (how much of each statistic the latents hold).
+that takes its trend to minus itself). Ridge probes from the latents to each statistic are a diagnostic
+only (how much of each statistic the latents hold): a probe direction is not one the decoder responds to,
+so moving along it barely moves the decoded statistic (docs/notes/worldmodel-experiments.md).
 
 Decoding keeps the data's own noise: with the location-scale decoder, a window's standardised residuals
 r = (x - mu(z)) / sigma(z) are carried into the shifted world x' = mu(z') + sigma(z') * r. An unshifted world
