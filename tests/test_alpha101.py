@@ -30,3 +30,17 @@ def test_alphas_evaluate_on_the_simulated_panel(sim_panels):
     # NaN propagates by design (a constant window makes a correlation NaN, and any NaN in a later window
     # spreads); a few alphas (e.g. #96) are therefore empty on this panel. Most must have values.
     assert with_values >= 90
+
+
+def test_alphas_that_say_little_carry_a_caveat(sim_panels):
+    """Alpha#7 compares dollar volume with shares: -1 everywhere, a flat book; #96/#97 are (nearly) empty."""
+    from alphagym.dsl.alpha101 import CAVEATS, alpha101, describe
+    from alphagym.dsl.evaluate import Evaluator
+    from alphagym.panel import DSL_FIELDS
+
+    alphas = {a.number: a for a in alpha101(panel_fields=frozenset(DSL_FIELDS))}
+    ev = Evaluator(sim_panels[0])
+    a7 = ev.evaluate(alphas[7].ast)
+    assert np.nanmax(a7) == np.nanmin(a7) == -1.0
+    assert np.isfinite(ev.evaluate(alphas[97].ast)).mean() < 0.05
+    assert set(CAVEATS) == {7, 96, 97} and "dollar volume" in describe(alphas[7])["caveat"]

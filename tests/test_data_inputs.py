@@ -155,8 +155,10 @@ def test_bad_validation_action_is_named(tmp_path, params):
         _build(_folder(tmp_path), params, {"high_low": "ignore"})
 
 
-def test_failed_panel_keeps_previous_outputs(tmp_path, params):
-    """A failing panel run must not corrupt a panel that an earlier run produced."""
+def test_a_failed_stage_leaves_no_stale_outputs_downstream(tmp_path, params):
+    """A download that fails on a bad CSV removes the raw data of the previous run, so `panel` cannot
+    quietly rebuild from stale prices: it stops with a clear missing-input error."""
+    from alphagym.errors import DataError as Err
     from alphagym.pipeline import stage_table
     from alphagym.stages import run_stage
 
@@ -165,10 +167,11 @@ def test_failed_panel_keeps_previous_outputs(tmp_path, params):
     p["data"]["universe"] = []
     run_stage(p, "download")
     run_stage(p, "panel")
-    train = stage_table(p)["panel"].paths("outs")["train"]
-    before = train.read_bytes()
+    raw = stage_table(p)["download"].paths("outs")
+    assert all(f.is_file() for f in raw.values())
     _write_plain(Path(p["data"]["csv_dir"]), "BBB", seed=2, edit=_set(5, "close", "oops"))
-    with pytest.raises(DataError):
+    with pytest.raises(DataError, match="non_numeric"):
         run_stage(p, "download")
-    run_stage(p, "panel")   # the raw data from the first download is untouched, so this rebuilds the same panel
-    assert train.read_bytes() == before
+    assert not any(f.exists() for f in raw.values())
+    with pytest.raises(Err, match="stage 'panel' needs its input 'prices', not found; run `alphagym download`"):
+        run_stage(p, "panel")

@@ -8,6 +8,7 @@ from alphagym.dsl.canonical import bucket, canonical, fields_used, node_count, o
 from alphagym.dsl.errors import (
     ArityError,
     DoubledTagError,
+    DslError,
     LexError,
     LimitError,
     MissingTagError,
@@ -141,3 +142,23 @@ def test_answer_tags():
         extract("<alpha>rank(close)</alpha><alpha>rank(open)</alpha>")
     with pytest.raises(MissingTagError):
         extract("<alpha>rank(close)")
+
+
+def test_the_answer_follows_the_last_reasoning_block():
+    """A reasoning block may mention <alpha> tags (drafts, quotes): the answer is what follows it."""
+    a = extract("<think>try <alpha>rank(close)</alpha>? no, volume</think>\n<alpha>rank(volume)</alpha>")
+    assert a.formula == "rank(volume)" and a.reasoning.startswith("try <alpha>rank(close)</alpha>")
+    a = extract("<think>a</think><reasoning>b</reasoning><alpha>rank(open)</alpha>")
+    assert a.formula == "rank(open)" and a.reasoning == "b"
+    with pytest.raises(MissingTagError, match="after the reasoning block"):
+        extract("<think><alpha>rank(close)</alpha></think> so that is it")
+    with pytest.raises(DoubledTagError):
+        extract("<think>x</think><alpha>rank(close)</alpha><alpha>rank(open)</alpha>")
+
+
+@pytest.mark.parametrize("text", ["adv" + "9" * 309, "adv" + "9" * 400, "ts_mean(close, 1" + "0" * 400 + ")",
+                                  "ts_mean(close, 1e400)", "delay(close, " + "9" * 320 + ".5)"])
+def test_huge_numbers_are_typed_errors(text):
+    """309+ digits read as inf; floor(inf) raised a raw OverflowError that escaped scoring."""
+    with pytest.raises(DslError):
+        parse(text)

@@ -80,6 +80,8 @@ def test_planted_volume_variability_keeps_positive_cpcv_and_ic(verifier):
     ("<alpha>ts_mean(close, 300)</alpha>", -0.8, "window"),
     ("<alpha>rank(cap)</alpha>", -0.8, "unavailable_field"),
     ("", -1.0, "missing_tag"),
+    ("<alpha>adv" + "9" * 400 + "</alpha>", -0.8, "window"),
+    ("<think>not <alpha>rank(close)</alpha></think> nothing after", -1.0, "missing_tag"),
 ])
 def test_invalid_answers(verifier, text, score, kind):
     c = verifier.score(text, answer=True)

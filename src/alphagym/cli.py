@@ -108,12 +108,15 @@ def cmd_alpha101(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table("#", "status", "lookback", "coverage", "canonical form or reason", show_lines=False)
+    table = Table("#", "status", "lookback", "coverage", "canonical form, or reason (and caveat)", show_lines=False)
     for r in rows:
         status = "ok" if r["usable"] else ("unusable" if r["parses"] else "no parse")
-        cov = f"{r['coverage']:.0%}" if "coverage" in r else "-"
-        table.add_row(str(r["number"]), status, str(r.get("lookback", "-")), cov,
-                      r["canonical"] if r["usable"] else r["reason"])
+        cov = f"{r['coverage']:.1%}" if "coverage" in r else "-"
+        text = r["canonical"] if r["usable"] else r["reason"]
+        if r["caveat"]:
+            status += " (caveat)"
+            text += f"\n[yellow]caveat:[/] {r['caveat']}"
+        table.add_row(str(r["number"]), status, str(r.get("lookback", "-")), cov, text)
     Console(width=200).print(table)
     n_parse = sum(r["parses"] for r in rows)
     n_use = sum(r["usable"] for r in rows)

@@ -1,18 +1,25 @@
 """Run one stage of the stage table: the only caller of stage functions.
 
 A stage function has the signature `fn(params, deps, outs, run) -> dict`: `params` is a view holding only
-the keys its row declares, `deps` and `outs` map roles to the paths the row declares, `run` logs to MLflow.
-It returns a small summary for the CLI to print. Stage functions live in each area's `stage.py`.
+the keys its row declares, `deps` and `outs` map roles to paths, `run` logs to MLflow. It returns a small
+summary for the CLI to print. Stage functions live in each area's `stage.py`.
+
+Outputs are all-or-nothing. The stage's previous outputs are removed before it starts, so a stage that
+fails (or is killed) leaves none, and nothing downstream can run on stale files. The stage writes into a
+staging folder of its own (unique per run, inside the results folder), and its outputs are moved to the
+paths of the stage table only once the function has returned and every declared output exists.
 """
 
 from __future__ import annotations
 
 import importlib
+import shutil
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from alphagym.config import ParamsView, get
+from alphagym.config import ParamsView, get, results_dir
 from alphagym.errors import ConfigError, DataError
 from alphagym.pipeline import Stage, stage_table
 from alphagym.tracking import stage_run
@@ -38,9 +45,34 @@ def run_stage(params: Mapping[str, Any], key: str, rows: list[Stage] | None = No
         if not Path(path).exists():
             hint = f"; run `alphagym {producer[path].command}` first" if path in producer else ""
             raise DataError("missing_input", f"stage {key!r} needs its input {role!r}, not found{hint}", file=path)
-    for role, path in stage.outs.items():
-        (Path(path) if role in stage.directories else Path(path).parent).mkdir(parents=True, exist_ok=True)
+    for path in stage.outs.values():
+        _remove(Path(path))
+    staging_root = results_dir(params) / ".staging"
+    staging_root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f"{key.replace('@', '_')}-", dir=staging_root))
+    staged = {role: staging / role / Path(p).name for role, p in stage.outs.items()}
+    for role, p in staged.items():
+        (p if role in stage.directories else p.parent).mkdir(parents=True)
     view = ParamsView(params, stage.params, key, reads=reads)
     logged = {k: get(params, k) for k in stage.params}
-    with stage_run(key, params, logged) as run:
-        return resolve(stage.func)(view, stage.paths("deps"), stage.paths("outs"), run)
+    try:
+        with stage_run(key, params, logged) as run:
+            summary = resolve(stage.func)(view, stage.paths("deps"), staged, run)
+        missing = [role for role, p in staged.items()
+                   if not p.exists() or (role in stage.directories and not any(p.iterdir()))]
+        if missing:
+            raise DataError("missing_output", f"stage {key!r} returned without writing {missing}",
+                            file=str(staging))
+        for role, path in stage.outs.items():
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            staged[role].replace(path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return {**summary, "outputs": dict(stage.outs)}
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()

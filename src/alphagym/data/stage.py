@@ -21,7 +21,7 @@ def download(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: Sta
     run.log_artifact(outs["meta"])
     if params["data"]["source"] == "synthetic":
         run.log_artifact(outs["truth"])
-    return {"wrote": str(outs["prices"]), "rows": len(prices), "tickers": len(sectors)}
+    return {"rows": len(prices), "tickers": len(sectors)}
 
 
 def panel(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:

@@ -15,6 +15,15 @@ from alphagym.dsl.canonical import canonical, node_count
 from alphagym.dsl.errors import DslError
 from alphagym.dsl.parser import Limits, lookback, parse
 
+# Alphas that parse and evaluate but say little, and why (shown by `alphagym alpha101`, docs/dsl.md).
+CAVEATS = {
+    7: "compares adv20 (average dollar volume) with volume (shares): adv20 > volume wherever the price is "
+       "above $1, so the formula is -1 on every stock and day, a flat book the verifier rejects",
+    96: "correlations over ranks that are constant for the top-ranked stock are NaN (docs/dsl.md), and the "
+        "NaN spreads through its nested windows: empty on the simulated panel",
+    97: "the NaN of its nested correlations and ts_ranks spreads: about 1% of cells have a value",
+}
+
 
 @dataclass(frozen=True)
 class Alpha:
@@ -58,7 +67,7 @@ def alpha101(limits: Limits | None = None, panel_fields: frozenset[str] | None =
 
 def describe(a: Alpha) -> dict:
     d = {"number": a.number, "paper": a.text, "parses": a.ast is not None, "usable": a.usable,
-         "canonical": a.canonical, "reason": a.reason}
+         "canonical": a.canonical, "reason": a.reason, "caveat": CAVEATS.get(a.number)}
     if a.ast is not None:
         d.update(lookback=lookback(a.ast), nodes=node_count(a.ast))
     return d

@@ -174,7 +174,8 @@ class _Parser:
         return self.build(low, tok, args)
 
     def window_value(self, value: float, tok: Token, op: str) -> int:
-        d = math.floor(value)
+        # a literal of 309+ digits reads as inf, and floor(inf) raises OverflowError: check finiteness first
+        d = math.floor(value) if math.isfinite(value) else 0
         if not (1 <= d <= self.limits.max_window):
             raise WindowError(f"window of {op} is {value:g}; it must be between 1 and {self.limits.max_window} "
                               "sessions after flooring", tok.pos, self.text)

@@ -14,4 +14,4 @@ def archive(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: Stag
     built, stats = seed_archive(Panel.read_parquet(deps["train"]), params)
     built.save(outs["archive"])
     run.log_metrics({"archive_rows": len(built), **stats})
-    return {"wrote": str(outs["archive"]), "archive_rows": len(built), **stats}
+    return {"archive_rows": len(built), **stats}

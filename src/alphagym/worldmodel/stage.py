@@ -126,7 +126,8 @@ def world_model(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: 
                      **{f"val_{k}": v for k, v in result.validation.items()}})
     run.log_artifact(outs["gates"])
     if not report["pass"]:
-        message = f"world-model gates failed: {report['failed']} (report: {outs['gates']})"
+        message = (f"world-model gates failed: {report['failed']} (the report, gates.json, is an artifact of "
+                   f"this stage's MLflow run)")
         if params["verifier"]["jepa_stress"]["enabled"]:
             raise GateError(message + "; switch verifier.jepa_stress.enabled off to run without R3")
         warnings.warn(message + "; R3 stays off (verifier.jepa_stress.enabled is false)", stacklevel=1)

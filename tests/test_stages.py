@@ -1,0 +1,79 @@
+"""run_stage: outputs are all-or-nothing, staged per run, and a stage must write every declared output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from alphagym.errors import DataError
+from alphagym.pipeline import Stage
+from alphagym.stages import run_stage
+
+BIN = Path(sys.executable).parent
+
+
+def half_then_fail(params, deps, outs, run):
+    outs["first"].write_text("new")
+    raise RuntimeError("killed between two outputs")
+
+
+def writes_one(params, deps, outs, run):
+    outs["first"].write_text("new")
+    return {}
+
+
+def writes_both(params, deps, outs, run):
+    outs["first"].write_text(f"seed {params['seed']}")
+    (outs["folder"] / "a.txt").write_text("a")
+    return {"ok": True}
+
+
+def _rows(tmp_path: Path, func: str) -> list[Stage]:
+    outs = {"first": f"{tmp_path}/r/first.txt", "folder": f"{tmp_path}/r/folder"}
+    return [Stage("demo", f"test_stages:{func}", {}, outs, ("seed",), (), directories=("folder",))]
+
+
+@pytest.fixture(autouse=True)
+def _importable():
+    sys.path.insert(0, str(Path(__file__).parent))
+    yield
+    sys.path.remove(str(Path(__file__).parent))
+
+
+def test_outputs_appear_only_when_the_stage_completes(params, tmp_path):
+    out = run_stage(params, "demo", _rows(tmp_path, "writes_both"))
+    assert out["ok"] and (tmp_path / "r/first.txt").read_text() == f"seed {params['seed']}"
+    assert (tmp_path / "r/folder/a.txt").read_text() == "a"
+    assert not any((Path(params["paths"]["results"]) / ".staging").iterdir())     # staging cleaned up
+
+
+def test_a_stage_killed_between_two_outputs_leaves_neither_old_nor_new(params, tmp_path):
+    run_stage(params, "demo", _rows(tmp_path, "writes_both"))
+    with pytest.raises(RuntimeError, match="killed between"):
+        run_stage(params, "demo", _rows(tmp_path, "half_then_fail"))
+    assert not (tmp_path / "r/first.txt").exists() and not (tmp_path / "r/folder").exists()
+
+
+def test_a_stage_must_write_every_declared_output(params, tmp_path):
+    with pytest.raises(DataError, match=r"stage 'demo' returned without writing \['folder'\]"):
+        run_stage(params, "demo", _rows(tmp_path, "writes_one"))
+    assert not (tmp_path / "r/first.txt").exists()
+
+
+def test_two_runs_in_one_results_folder_do_not_race(root, tmp_path):
+    """Each run stages into its own folder: two downloads at once both finish with complete outputs."""
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    cmd = [str(BIN / "alphagym"), "download", "--params", str(root / "params.yaml"), "--set", "profile=smoke",
+           "--set", f"paths.results={tmp_path}/results", "--set", "tracking.enabled=false"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for _ in range(2)]
+    results = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], results
+    meta = json.loads((tmp_path / "results/raw/meta.json").read_text())
+    assert len(pd.read_parquet(tmp_path / "results/raw/prices.parquet")) == meta["rows"]
