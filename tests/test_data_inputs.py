@@ -101,8 +101,9 @@ def _set(row, col, value):
     (_set(5, "volume", 0), {"non_positive_volume": "error"}, "non_positive_volume", "volume 0"),
     (_set(5, "open", 1e6), {"ohlc_bounds": "error"}, "ohlc_bounds", "outside"),
     (lambda df: df.drop(index=[5, 6]), {"missing_sessions": "error"}, "missing_sessions", "session missing"),
-    (lambda df: df.drop(index=range(0, 8)), {"late_start_early_end": "error"}, "late_start_early_end",
-     "data from 2021-01-14"),
+    (lambda df: df.drop(index=range(0, 8)), {}, "late_start_early_end",
+     "starts 2021-01-14, after the panel's first session 2021-01-04"),
+    (lambda df: df.iloc[:-10], {}, "late_start_early_end", "ends 2021-03-17, 10 sessions before the panel's last"),
     (lambda df: pd.concat([df, df.iloc[[5]].assign(close=1.0)]), {}, "duplicate_dates", "conflicting rows"),
     (lambda df: pd.concat([df, df.iloc[[5]].assign(date="2021-01-16")]), {}, "not_a_session",
      "not sessions"),
@@ -175,3 +176,60 @@ def test_a_failed_stage_leaves_no_stale_outputs_downstream(tmp_path, params):
     assert not any(f.exists() for f in raw.values())
     with pytest.raises(Err, match="stage 'panel' needs its input 'prices', not found; run `alphagym download`"):
         run_stage(p, "panel")
+
+
+
+def test_a_short_stop_at_the_end_is_filled_like_missing_sessions(tmp_path, params):
+    """A file ending at most max_fill_gap sessions early is carried forward (and logged), not an error."""
+    train, holdout, repairs = _build(_folder(tmp_path, edit=lambda df: df.iloc[:-3]), params)
+    assert [r["rule"] for r in repairs] == ["missing_sessions"] * 3
+    assert holdout["close"][-1, 1] == holdout["close"][-4, 1]
+
+
+def test_history_before_the_panel_start_is_not_a_late_start(tmp_path, params):
+    """A ticker listed weeks before data.start (FB: 2012-05-18 against 2012-06-29) has every panel day; one
+    whose file starts earlier than the others' must not make the others look late."""
+    folder = _folder(tmp_path)
+    _write_plain(folder, "EARLY", days=sessions("XNYS", "2020-11-02", "2021-03-31"), seed=4)
+    train, _, repairs = _build(folder, params)
+    assert repairs == [] and train.shape[1] == 4 and train.dates[0] == pd.Timestamp("2021-01-04")
+
+
+def test_empty_and_provider_error_files_name_the_ticker(tmp_path):
+    (tmp_path / "EMPTY.csv").write_text("")
+    with pytest.raises(DataError, match="file is empty") as info:
+        read_ticker_csv(tmp_path / "EMPTY.csv")
+    assert info.value.ticker == "EMPTY" and info.value.file.endswith("EMPTY.csv")
+    api = tmp_path / "DA-XYZ-T-2021-04-21.csv"
+    api.write_text('{\n    "Error Message": "Invalid API call. Please retry or visit the documentation."\n}\n')
+    with pytest.raises(DataError, match="a message from the data provider, not prices") as info:
+        read_ticker_csv(api)
+    assert info.value.ticker == "XYZ"
+
+
+def test_zero_split_coefficient_is_a_logged_repair(tmp_path, params):
+    folder = tmp_path / "av"
+    folder.mkdir()
+    for t, seed in (("AAA", 1), ("BBB", 2), ("CCC", 3)):
+        rng = np.random.default_rng(seed)
+        close = 100 * np.exp(np.cumsum(rng.normal(0, 0.01, len(DAYS))))
+        split = np.ones(len(DAYS))
+        if t == "BBB":
+            split[7] = 0.0
+        pd.DataFrame({"timestamp": [d.strftime("%Y-%m-%d") for d in DAYS][::-1], "open": close[::-1],
+                      "high": close[::-1] * 1.01, "low": close[::-1] * 0.99, "close": close[::-1],
+                      "adjusted_close": close[::-1], "volume": 1_000_000, "dividend_amount": 0.0,
+                      "split_coefficient": split[::-1]}).to_csv(folder / f"DA-{t}-T-2021-04-21.csv", index=False)
+    train, _, repairs = _build(folder, params)
+    assert [(r["rule"], r["ticker"], r["date"]) for r in repairs] == [
+        ("zero_split_coefficient", "BBB", str(DAYS[7].date()))]
+    assert np.allclose(train["volume"][:, 1], 1_000_000)            # read as 1: no split, volume unchanged
+    with pytest.raises(DataError, match="split_coefficient 0"):
+        _build(folder, params, {"zero_split_coefficient": "error"})
+
+
+def test_missing_universe_ticker_says_how_to_read_every_file(tmp_path):
+    with pytest.raises(DataError, match=r"set data.universe to \[\] to read every file"):
+        read_csv_folder(_folder(tmp_path), universe=["AAA", "ZZZ"])
+    prices, sectors = read_csv_folder(_folder(tmp_path), universe=[])
+    assert sorted(sectors) == ["AAA", "BBB", "CCC"]

@@ -80,8 +80,10 @@ class Validation(Section):
     high_low: Action = Field(description="high below low")
     ohlc_bounds: Action = Field(description="open/close outside [low, high]: widen the range (repair)")
     non_positive_volume: Action = Field(description="volume <= 0: treat as missing and fill (repair)")
+    zero_split_coefficient: Action = Field(description="split coefficient 0: read as 1, no split (repair)")
     missing_sessions: Action = Field(description="sessions absent from a file: forward fill (repair)")
-    late_start_early_end: Action = Field(description="a ticker starting late or ending early")
+    late_start_early_end: Action = Field(description="a ticker without data on the panel's first session, or "
+                                                     "ending more than max_fill_gap sessions before its last")
     max_fill_gap: NonNegInt = Field(description="longest run of sessions a repair may fill")
 
 

@@ -19,7 +19,7 @@ from alphagym.panel import Panel
 
 PRICE_COLS = ["open", "high", "low", "close", "adjusted_close"]
 RULES = ("duplicate_dates", "non_positive_price", "high_low", "ohlc_bounds", "non_positive_volume",
-         "missing_sessions", "late_start_early_end")
+         "zero_split_coefficient", "missing_sessions", "late_start_early_end")
 
 
 @dataclass
@@ -94,6 +94,11 @@ class Validator:
                      f"[low {r['low']:g}, high {r['high']:g}]; range widened"):
             df.loc[bad, "high"] = np.maximum(df.loc[bad, "high"], top[bad])
             df.loc[bad, "low"] = np.minimum(df.loc[bad, "low"], bot[bad])
+        # a split coefficient of 0 (some exports' "no split") -> 1
+        if "split_coefficient" in df.columns:
+            bad = df["split_coefficient"] == 0
+            if self._act("zero_split_coefficient", df[bad], lambda r: "split_coefficient 0; read as 1 (no split)"):
+                df.loc[bad, "split_coefficient"] = 1.0
         # zero or negative volume -> missing, filled from the previous session later
         bad = df["volume"] <= 0
         if self._act("non_positive_volume", df[bad], lambda r: f"volume {r['volume']:g}; "
@@ -101,8 +106,15 @@ class Validator:
             df.loc[bad, "volume"] = np.nan
         return df
 
-    def align_to_sessions(self, df: pd.DataFrame, days: pd.DatetimeIndex) -> dict[str, pd.DataFrame]:
-        """Wide (sessions x tickers) frames; fills short gaps, keeps late starts / early ends missing."""
+    def align_to_sessions(self, df: pd.DataFrame, days: pd.DatetimeIndex,
+                          start: int = 0) -> dict[str, pd.DataFrame]:
+        """Wide (sessions x tickers) frames; fills short gaps, keeps late starts / early ends missing.
+
+        `start`: index in `days` of the panel's first session (earlier days are history a file may have
+        before it). A ticker starts late when it has no data on the panel's first session, and ends early
+        when its data stop more than `max_fill_gap` sessions before the panel's last; a shorter stop at the
+        end is a run of missing sessions like any other.
+        """
         off = ~df["date"].isin(days)
         if off.any():
             r = df[off].iloc[0]
@@ -114,17 +126,28 @@ class Validator:
         files = df.groupby("ticker")["source_file"].first()
         max_gap = int(self.rules.get("max_fill_gap", 5))
         present = wide["close"].notna()
+        n = len(days)
         for ticker in wide["close"].columns:
             have = present[ticker].to_numpy()
-            if not have.any():
-                raise DataError("late_start_early_end", "no rows inside the panel's date range",
+            if not have[start:].any():
+                raise DataError("late_start_early_end", f"no rows inside the panel's date range "
+                                f"{days[start].date()} to {days[-1].date()}",
                                 file=str(files.get(ticker, "")), ticker=str(ticker))
-            first, last = int(np.argmax(have)), len(have) - 1 - int(np.argmax(have[::-1]))
-            if first > 0 or last < len(have) - 1:
-                edge = pd.DataFrame([{"ticker": ticker, "date": days[first if first > 0 else last],
+            first = int(np.argmax(have))
+            last = n - 1 - int(np.argmax(have[::-1]))
+            late, early = first > start, n - 1 - last > max_gap
+            if late or early:
+                where = (f"starts {days[first].date()}, after the panel's first session {days[start].date()}"
+                         if late else "")
+                where += ("; " if late and early else "") + (
+                    f"ends {days[last].date()}, {n - 1 - last} sessions before the panel's last session "
+                    f"{days[-1].date()} (more than max_fill_gap {max_gap}: a truncated file?)" if early else "")
+                edge = pd.DataFrame([{"ticker": ticker, "date": days[first] if late else days[last],
                                       "source_file": files.get(ticker, "")}])
-                self._act("late_start_early_end", edge, lambda r, f=first, l=last: (
-                    f"data from {days[f].date()} to {days[l].date()} only; missing before/after"))
+                self._act("late_start_early_end", edge, lambda r, w=where: (
+                    f"{w}; with repair the ticker is kept and its missing days stay missing"))
+            if not early:
+                last = n - 1                 # a short stop at the end is filled like a missing session
             inside = ~have[first:last + 1]
             if inside.any():
                 gaps = np.flatnonzero(inside) + first
@@ -190,7 +213,7 @@ def build_full_panel(prices: pd.DataFrame, sectors: dict[str, str],
     in_range = prices["date"] <= pd.Timestamp(d["end"])
     validator = Validator(d["validation"])
     clean = validator.check_rows(prices[in_range])
-    wide = validator.align_to_sessions(clean, days_all)
+    wide = validator.align_to_sessions(clean, days_all, int(days_all.searchsorted(pd.Timestamp(d["start"]))))
     adj = adjust(wide)
     tickers = list(adj["close"].columns)
     f = {k: adj[k].to_numpy(dtype=np.float64) for k in ("open", "high", "low", "close", "volume")}

@@ -27,14 +27,18 @@ def ticker_from_filename(path: Path) -> str:
     return m.group("ticker") if m else path.stem
 
 
-def detect_format(columns: list[str], path: Path) -> str:
+def detect_format(columns: list[str], path: Path, ticker: str | None = None) -> str:
     cols = [c.strip().lower() for c in columns]
     if cols[: len(ALPHAVANTAGE_COLUMNS)] == ALPHAVANTAGE_COLUMNS:
         return "alphavantage"
     if cols[: len(PLAIN_COLUMNS)] == PLAIN_COLUMNS:
         return "plain"
+    head = ",".join(columns)
+    if head.lstrip().startswith("{"):             # e.g. { "Error Message": ... } or { "Note": ... }
+        raise DataError("csv_format", f"the file holds a message from the data provider, not prices: "
+                        f"{head[:200]!r}; download it again", file=str(path), ticker=ticker)
     raise DataError("csv_format", f"unknown header {columns}; expected {ALPHAVANTAGE_COLUMNS} "
-                    f"or {PLAIN_COLUMNS}", file=str(path))
+                    f"or {PLAIN_COLUMNS}", file=str(path), ticker=ticker)
 
 
 def read_ticker_csv(path: Path, fmt: str = "auto") -> pd.DataFrame:
@@ -42,11 +46,13 @@ def read_ticker_csv(path: Path, fmt: str = "auto") -> pd.DataFrame:
     ticker = ticker_from_filename(path)
     try:
         raw = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except pd.errors.EmptyDataError:
+        raise DataError("csv_empty", "file is empty (no header, no rows)", file=str(path), ticker=ticker) from None
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise DataError("csv_parse", f"cannot parse: {exc}", file=str(path), ticker=ticker) from exc
     if raw.empty:
         raise DataError("csv_empty", "file has no rows", file=str(path), ticker=ticker)
-    found = detect_format(list(raw.columns), path)
+    found = detect_format(list(raw.columns), path, ticker)
     if fmt != "auto" and fmt != found:
         raise DataError("csv_format", f"expected {fmt} format, found {found}", file=str(path), ticker=ticker)
     raw.columns = [c.strip().lower() for c in raw.columns]
@@ -102,7 +108,8 @@ def read_csv_folder(folder: str | Path, fmt: str = "auto", universe: list[str] |
     if universe:
         missing = [t for t in universe if t not in by_ticker]
         if missing:
-            raise DataError("universe", f"no file for tickers {missing}", file=str(folder))
+            raise DataError("universe", f"no file for tickers {missing} (data.universe lists the tickers to "
+                            f"read; set data.universe to [] to read every file in the folder)", file=str(folder))
         by_ticker = {t: by_ticker[t] for t in universe}
     if not by_ticker:
         raise DataError("csv_empty", "no *.csv files", file=str(folder))
