@@ -25,9 +25,17 @@ def _params(args: argparse.Namespace) -> Any:
 
 # --- stages -----------------------------------------------------------------------------------------------
 
+def _exit_on_signal(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)        # unwinds: the MLflow run ends KILLED, staged outputs are removed
+
+
 def cmd_stage(args: argparse.Namespace) -> int:
+    import signal
+
     from alphagym.stages import run_stage
 
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _exit_on_signal)
     key = args.stage if args.family_option is None else f"{args.stage}@{vars(args)[args.family_option]}"
     summary = run_stage(_params(args), key)
     print(json.dumps(summary, indent=1, default=str))

@@ -1,15 +1,26 @@
 """MLflow tracking through one small module: one run per stage execution.
 
-sqlite backend under results/mlflow (absolute URI), params flattened, git commit and DVC stage as tags.
-Parallel Snakemake jobs share one sqlite file, so every call retries on "database is locked".
+sqlite backend under results/mlflow, artifacts in results/mlflow/artifacts, params flattened, git commit
+and DVC stage as tags. Robust to what a pipeline does to it:
+- parallel Snakemake jobs share one sqlite file: the store and the experiment are created under a file
+  lock, and every call retries on "database is locked" (and on the table-creation races of a new store);
+- a stage that raises ends its run FAILED; one interrupted or terminated (Ctrl-C, SIGTERM) ends it KILLED;
+  a run left RUNNING by a process that no longer exists (SIGKILL, power loss) is marked KILLED when the
+  same stage next starts;
+- MLflow stores absolute artifact paths; when the results folder has moved or been copied, the store's
+  paths are rewritten to the folder it is in now, so a copy never writes into the original.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import socket
+import sqlite3
 import subprocess
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -36,10 +47,8 @@ def git_commit() -> str:
         return "unknown"
 
 
-def tracking_uri(params: Mapping[str, Any]) -> str:
-    path = Path(params["tracking"]["uri"]).resolve()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{path}"
+# sqlite under concurrent writers; and MLflow's schema creation racing in two processes on a new store
+RETRYABLE = ("database is locked", "already exists", "duplicate column name")
 
 
 def with_lock_retry(fn: Callable[[], T], retries: int, backoff: float) -> T:
@@ -48,7 +57,7 @@ def with_lock_retry(fn: Callable[[], T], retries: int, backoff: float) -> T:
         try:
             return fn()
         except Exception as exc:
-            if "database is locked" not in str(exc) or attempt == retries - 1:
+            if not any(m in str(exc) for m in RETRYABLE) or attempt == retries - 1:
                 raise
             time.sleep(backoff * (2**attempt))
     raise AssertionError("unreachable")
@@ -78,9 +87,86 @@ class StageRun:
         self._call(lambda: self.client.set_tag(self.run_id, key, value))
 
 
+_OPEN: dict[str, StageRun] = {}
+
+
+@atexit.register
+def _kill_open_runs() -> None:
+    """An interpreter that exits with a run still open (a signal turned into SystemExit elsewhere, a
+    thread calling sys.exit) ends it KILLED rather than leaving it RUNNING."""
+    for handle in list(_OPEN.values()):
+        with contextlib.suppress(Exception):
+            handle.client.set_terminated(handle.run_id, status="KILLED")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _relocate(db: Path, experiment: Any, root: Path) -> None:
+    """Point the store's artifact paths at `root` when the results folder moved or was copied."""
+    old = experiment.artifact_location.removeprefix("file://")
+    if Path(old) == root:
+        return
+    con = sqlite3.connect(db)
+    try:
+        with con:
+            con.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = ?",
+                        (str(root), int(experiment.experiment_id)))
+            con.execute("UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?) WHERE experiment_id = ? "
+                        "AND substr(artifact_uri, 1, ?) = ?",
+                        (str(root), len(old) + 1, int(experiment.experiment_id), len(old), old))
+    finally:
+        con.close()
+    warnings.warn(f"MLflow store {db} was made for artifacts in {old}; moved them to {root} (the results "
+                  "folder was moved or copied)", stacklevel=3)
+
+
+def _open_store(params: Mapping[str, Any], retries: int, backoff: float) -> tuple[Any, str]:
+    """The MLflow client and the experiment id, creating store and experiment once, under a file lock."""
+    from filelock import FileLock
+    from mlflow.tracking import MlflowClient
+
+    cfg = params["tracking"]
+    db = Path(cfg["uri"]).resolve()
+    db.parent.mkdir(parents=True, exist_ok=True)
+    root = db.parent / "artifacts"
+    with FileLock(str(db) + ".lock", timeout=300):
+        client = with_lock_retry(lambda: MlflowClient(tracking_uri=f"sqlite:///{db}"), retries, backoff)
+
+        def experiment() -> Any:
+            exp = client.get_experiment_by_name(cfg["experiment"])
+            if exp is None:
+                client.create_experiment(cfg["experiment"], artifact_location=str(root))
+                exp = client.get_experiment_by_name(cfg["experiment"])
+            return exp
+
+        exp = with_lock_retry(experiment, retries, backoff)
+        _relocate(db, exp, root)
+    return client, exp.experiment_id
+
+
+def _end_stale_runs(client: Any, exp_id: str, stage: str) -> None:
+    """Runs of this stage left RUNNING by a process of this host that no longer exists: KILLED."""
+    stale = client.search_runs([exp_id], filter_string=f"tags.`alphagym.stage` = '{stage}' and "
+                               "attributes.status = 'RUNNING'")
+    host = socket.gethostname()
+    for run in stale:
+        tags = run.data.tags
+        if tags.get("alphagym.host") == host and not _alive(int(tags.get("alphagym.pid", "0") or 0)):
+            client.set_tag(run.info.run_id, "alphagym.end", "killed: found RUNNING after its process ended")
+            client.set_terminated(run.info.run_id, status="KILLED")
+
+
 @contextlib.contextmanager
 def stage_run(stage: str, params: Mapping[str, Any], logged: Mapping[str, Any] | None = None) -> Iterator[StageRun]:
-    """Open one MLflow run for a stage execution; marks it FAILED if the stage raises.
+    """Open one MLflow run for a stage execution: FINISHED, FAILED (it raised) or KILLED (interrupted).
 
     `logged`: the params to record (a stage's declared keys); default every param."""
     cfg = params["tracking"]
@@ -90,25 +176,15 @@ def stage_run(stage: str, params: Mapping[str, Any], logged: Mapping[str, Any] |
         return
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     from mlflow.entities import Param, RunTag
-    from mlflow.tracking import MlflowClient
 
-    uri = tracking_uri(params)
-    client = with_lock_retry(lambda: MlflowClient(tracking_uri=uri), retries, backoff)
-
-    def experiment_id() -> str:
-        exp = client.get_experiment_by_name(cfg["experiment"])
-        if exp is not None:
-            return exp.experiment_id
-        try:
-            return client.create_experiment(cfg["experiment"])
-        except Exception:  # created by a parallel stage in the meantime
-            return client.get_experiment_by_name(cfg["experiment"]).experiment_id
-
-    exp_id = with_lock_retry(experiment_id, retries, backoff)
+    client, exp_id = _open_store(params, retries, backoff)
+    with_lock_retry(lambda: _end_stale_runs(client, exp_id, stage), retries, backoff)
     tags = {"alphagym.stage": stage, "dvc.stage": stage, "mlflow.source.git.commit": git_commit(),
-            "alphagym.profile": str(params.get("profile", "default")), "mlflow.runName": stage}
+            "alphagym.profile": str(params.get("profile", "default")), "mlflow.runName": stage,
+            "alphagym.pid": str(os.getpid()), "alphagym.host": socket.gethostname()}
     run = with_lock_retry(lambda: client.create_run(exp_id, tags=tags, run_name=stage), retries, backoff)
     handle = StageRun(client, run.info.run_id, retries, backoff)
+    _OPEN[handle.run_id] = handle
     flat = flatten(logged if logged is not None else {k: v for k, v in params.items() if k != "profiles"})
     plist = [Param(k[:250], v) for k, v in flat.items()]
     for i in range(0, len(plist), 100):
@@ -119,5 +195,9 @@ def stage_run(stage: str, params: Mapping[str, Any], logged: Mapping[str, Any] |
     try:
         yield handle
         status = "FINISHED"
+    except (KeyboardInterrupt, SystemExit):
+        status = "KILLED"
+        raise
     finally:
         handle._call(lambda: client.set_terminated(handle.run_id, status=status))
+        _OPEN.pop(handle.run_id, None)
