@@ -101,8 +101,12 @@ def test_window_statistics_on_known_cases():
 def test_gate_logic():
     val = {"jepa_model": 0.1, "jepa_persistence": 0.2, "jepa_window_mean": 0.15, "geometry_model": 0.5,
            "geometry_persistence": 1.0, "geometry_window_mean": 0.6}
-    assert prediction_gate(val)["pass"]
-    assert not prediction_gate(dict(val, jepa_model=0.16))["pass"]
+    assert prediction_gate(val)["pass"] and prediction_gate(val)["stretch_beats_training_mean"]
+    # beats persistence, not the training mean: the gate passes, the stretch figure says no
+    between = prediction_gate(dict(val, jepa_model=0.16))
+    assert between["pass"] and not between["stretch_beats_training_mean"]
+    assert not prediction_gate(dict(val, jepa_model=0.21))["pass"]
+    assert not prediction_gate(dict(val, geometry_model=1.1))["pass"]
     base = {"volatility": np.array([0.010, 0.010]), "trend": np.array([0.02, -0.03])}
     assert direction_gate(base, {"volatility": np.array([0.012, 0.012])}, 0.001, "volatility", 0.1)["pass"]
     assert not direction_gate(base, {"volatility": np.array([0.009, 0.01])}, 0.001, "volatility", 0.1)["pass"]
