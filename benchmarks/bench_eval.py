@@ -1,11 +1,14 @@
 """Evaluator speed: the project's evaluator against the slow pandas reference, in the same process.
 
 Workload: the five probe formulas plus every usable Alpha101, on the simulated 3,556 x 46 panel. Both
-evaluators run each formula after a JIT warm-up; ours takes the best of 5 runs, the reference the best of 2
-(1 with --quick). The two results are compared (NaN pattern, and the share of cells equal to 1e-7) so a fast
-wrong answer shows. Cells can differ where a rank orders near-ties: pandas' online rolling moments leave
-1e-18 residues where ours are exactly 0 (constant windows), and a rank then breaks the tie differently.
-Last line: geomean_speedup=<x>. --quick: the probes and 10 alphas, in under a minute.
+evaluators run each formula after a JIT warm-up. Each formula is timed `--repeats` times (ours, every
+evaluation from scratch: the field ranks the evaluator keeps across formulas are dropped first) and 3 times
+(pandas); the tables give medians and p90s, never the best run. Two conditions, each in this process:
+idle, and under a competing CPU-bound process on one core that the benchmark starts itself; and two numba
+thread counts for our kernels (2 = both cores, 1). The speed-up of a formula is the pandas median over
+ours (median, and p90 over p90). The two results are compared (NaN pattern, share of cells equal to 1e-7)
+so a fast wrong answer shows.
+Last lines: geomean_speedup_<condition>_<threads>t_<median|p90>=<x>. --quick: the probes and 10 alphas.
 """
 
 from __future__ import annotations
@@ -13,16 +16,15 @@ from __future__ import annotations
 import argparse
 import sys
 
+import numba
 import numpy as np
 
 from alphagym.dsl.alpha101 import alpha101
 from alphagym.dsl.evaluate import Evaluator
 from alphagym.dsl.parser import parse
 from alphagym.panel import DSL_FIELDS
-from common import PROBES, best_time, geomean, simulated_panel
+from common import PROBES, CompetingLoad, geomean, median_p90, simulated_panel, times
 from reference_eval import ReferenceEvaluator
-
-BUILTIN_ONLY = {"ts_argmax", "ts_argmin", "ts_product", "ts_decay_linear", "ts_ema", "ts_slope"}
 
 
 def workload(quick: bool) -> list[tuple[str, object]]:
@@ -37,36 +39,47 @@ def workload(quick: bool) -> list[tuple[str, object]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--repeats", type=int, default=11)
     args = ap.parse_args()
     panel = simulated_panel()
     ours, ref = Evaluator(panel), ReferenceEvaluator(panel)
     items = workload(args.quick)
     for _, ast in items:                       # JIT warm-up of every kernel the workload touches
         ours.evaluate(ast)
-    print(f"panel {panel.shape[0]} x {panel.shape[1]}; {len(items)} formulas")
-    print(f"{'formula':<10} {'ours ms':>9} {'pandas ms':>10} {'speedup':>8}  same-NaN  cells-within-1e-7")
-    speedups, builtin_speedups = [], []
-    for name, ast in items:
-        a = ours.evaluate(ast)
-        b = ref.evaluate(ast)
-        same_nan = np.array_equal(np.isnan(a), np.isnan(b))
+    print(f"panel {panel.shape[0]} x {panel.shape[1]}; {len(items)} formulas; {args.repeats} runs of ours, "
+          f"3 of pandas per formula and condition; numba layer {numba.threading_layer()}")
+    agree = []
+    for _, ast in items:
+        a, b = ours.evaluate(ast), ref.evaluate(ast)
         both = ~np.isnan(a) & ~np.isnan(b)
         close = np.isclose(a[both], b[both], rtol=1e-7, atol=1e-9)
-        share = float(close.mean()) if close.size else 1.0
-        # from scratch every time: the field ranks the evaluator keeps across formulas are dropped first
-        t_ours = best_time(lambda ast=ast: (ours.forget_field_ranks(), ours.evaluate(ast)), 5)
-        t_ref = best_time(lambda ast=ast: ref.evaluate(ast), 1 if args.quick else 2)
-        s = t_ref / t_ours
-        speedups.append(s)
-        from alphagym.dsl.canonical import operators_used
-
-        if not set(operators_used(ast)) & BUILTIN_ONLY:
-            builtin_speedups.append(s)
-        print(f"{name:<10} {t_ours * 1e3:9.2f} {t_ref * 1e3:10.1f} {s:8.1f}  {'yes' if same_nan else 'NO':>8}  "
-              f"{share:.4%}", flush=True)
-    print(f"geomean over formulas using only pandas built-in rolling ops ({len(builtin_speedups)}): "
-          f"{geomean(builtin_speedups):.1f}")
-    print(f"geomean_speedup={geomean(speedups):.2f}")
+        agree.append((np.array_equal(np.isnan(a), np.isnan(b)), float(close.mean()) if close.size else 1.0))
+    print(f"same NaN pattern: {sum(s for s, _ in agree)} of {len(agree)}; all cells within 1e-7: "
+          f"{sum(c == 1.0 for _, c in agree)} of {len(agree)}")
+    summary = {}
+    for condition in ("idle", "load"):
+        with CompetingLoad(condition == "load"):
+            ref_t = {name: median_p90(times(lambda ast=ast: ref.evaluate(ast), 3)) for name, ast in items}
+            for threads in (2, 1):
+                numba.set_num_threads(threads)
+                med, p90 = [], []
+                rows = []
+                for name, ast in items:
+                    t = median_p90(times(lambda ast=ast: (ours.forget_field_ranks(), ours.evaluate(ast)),
+                                         args.repeats))
+                    med.append(ref_t[name][0] / t[0])
+                    p90.append(ref_t[name][1] / t[1])
+                    rows.append(f"{name:<10} {t[0] * 1e3:8.2f} {t[1] * 1e3:8.2f} {ref_t[name][0] * 1e3:9.1f} "
+                                f"{med[-1]:7.1f}")
+                print(f"\n[{condition}, {threads} numba thread(s)]  formula  ours-median-ms  ours-p90-ms  "
+                      f"pandas-median-ms  speedup-median")
+                print("\n".join(rows[:5]) + ("\n..." if len(rows) > 5 else ""))
+                summary[(condition, threads)] = (geomean(med), geomean(p90))
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    print()
+    for (condition, threads), (m, p) in summary.items():
+        print(f"geomean_speedup_{condition}_{threads}t_median={m:.2f}")
+        print(f"geomean_speedup_{condition}_{threads}t_p90={p:.2f}")
     return 0
 
 

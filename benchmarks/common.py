@@ -31,13 +31,43 @@ def simulated_panel() -> Panel:
     return panel
 
 
-def best_time(fn: Callable[[], object], repeats: int) -> float:
-    best = float("inf")
+def times(fn: Callable[[], object], repeats: int) -> list[float]:
+    """Wall times of `repeats` calls (seconds)."""
+    out = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def median_p90(ts: list[float]) -> tuple[float, float]:
+    import numpy as np
+
+    return float(np.median(ts)), float(np.percentile(ts, 90))
+
+
+class CompetingLoad:
+    """A CPU-bound process on one core for the duration of a `with` block, started by the benchmark.
+
+    It stands for what the RL loop runs next to scoring (the policy's torch threads): on 2 cores it takes
+    one, and any kernel that wants both waits for the scheduler."""
+
+    def __init__(self, active: bool = True) -> None:
+        self.active, self.proc = active, None
+
+    def __enter__(self) -> CompetingLoad:
+        if self.active:
+            import subprocess
+
+            self.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            time.sleep(0.5)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def geomean(xs: list[float]) -> float:
