@@ -9,8 +9,31 @@ arithmetic and the mapping in one vectorised loop. `pow`, `power` and `signedpow
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
-from numba import njit, vectorize
+from numba import njit
+from numba import vectorize as _numba_vectorize
+
+
+class _LazyUfunc:
+    """A numba ufunc built on its first call. numba compiles (or loads from its cache) a ufunc with
+    explicit signatures when it is defined, which for these 21 cost a second or more at import, paid by
+    every command whether it evaluates a formula or not."""
+
+    def __init__(self, signatures: list[str], fn: Callable[..., float]) -> None:
+        self._signatures, self._fn, self._ufunc = signatures, fn, None
+        self.__name__, self.__doc__ = fn.__name__, fn.__doc__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._ufunc is None:
+            self._ufunc = _numba_vectorize(self._signatures, cache=True)(self._fn)
+        return self._ufunc(*args, **kwargs)
+
+
+def vectorize(signatures: list[str], cache: bool = True) -> Callable[[Callable[..., float]], _LazyUfunc]:
+    return lambda fn: _LazyUfunc(signatures, fn)
 
 NAN = np.nan
 _F2 = ["float64(float64, float64)"]
