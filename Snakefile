@@ -2,15 +2,12 @@
 # source of truth, which also renders dvc.yaml); workflow/rules/stages.smk turns its rows into rules.
 # Select a profile with `--config profile=smoke` (or `--profile workflow/profiles/smoke`).
 from alphagym.config import load_params
-from alphagym.config import results_dir
-from alphagym.pipeline import final_targets, table_rows
+from alphagym.pipeline import final_targets, stage_rows
 
 configfile: "params.yaml"
 
 PARAMS = load_params("params.yaml", [f"profile={config.get('profile', 'default')}"])
-_PROFILE = PARAMS["profile"]
-STAGE_ROWS = table_rows(results_dir(PARAMS).as_posix(),
-                        "" if _PROFILE == "default" else f" --set profile={_PROFILE}")
+STAGE_ROWS = stage_rows(PARAMS)
 
 
 rule all:

@@ -65,7 +65,7 @@ def main() -> int:
             if not worlds:
                 print(f"{args.kept_only} keeps no world: R3 stays off")
     verifier = Verifier(train, params, stress_worlds=worlds)
-    seed_archive(train, params, progress=False, archive=verifier.archive)
+    seed_archive(train, params, progress=False, archive=verifier.archive, scorer=verifier.scorer)
     alphas = [a.text for a in alpha101(panel_fields=frozenset(DSL_FIELDS)) if a.usable]
     if args.quick:
         alphas = alphas[::10]

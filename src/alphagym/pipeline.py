@@ -33,8 +33,6 @@ HOLDOUT_READERS = frozenset({"probe", "books", "report"})
 COMMON_CODE = ("src/alphagym/config.py", "src/alphagym/params.py", "src/alphagym/pipeline.py",
                "src/alphagym/stages.py")
 
-SRC = Path(__file__).resolve().parent
-
 
 @dataclass(frozen=True)
 class Family:

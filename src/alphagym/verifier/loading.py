@@ -19,12 +19,13 @@ from alphagym.verifier.archive import NoveltyArchive
 from alphagym.verifier.verifier import Verifier
 
 
-def seed_archive(panel: Panel, params: Any, progress: bool = True,
-                 archive: NoveltyArchive | None = None) -> tuple[NoveltyArchive, dict[str, int]]:
-    """Add every usable Alpha101 book that trades (valid under the verifier's rules or not) to an archive."""
+def seed_archive(panel: Panel, params: Any, progress: bool = True, archive: NoveltyArchive | None = None,
+                 scorer: BookScorer | None = None) -> tuple[NoveltyArchive, dict[str, int]]:
+    """Add every usable Alpha101 book that trades (valid under the verifier's rules or not) to an archive.
+    `scorer`: a train-window scorer of `panel` to reuse (a verifier's), else one is built."""
     from tqdm import tqdm
 
-    scorer = BookScorer(panel, params["verifier"])
+    scorer = scorer or BookScorer(panel, params["verifier"])
     if archive is None:
         archive = NoveltyArchive(int(scorer.rows.sum()), params["verifier"]["novelty_pnl"]["capacity"])
     alphas = [a for a in alpha101(Limits.from_params(params["dsl"]["limits"]), frozenset(DSL_FIELDS)) if a.usable]
@@ -59,5 +60,5 @@ def load_verifier(params: Any, window: str) -> tuple[Verifier, str | None]:
     if path.is_file():
         return Verifier(panel, params, NoveltyArchive.load(path), stress_worlds=worlds), None
     verifier = Verifier(panel, params, stress_worlds=worlds)
-    seed_archive(panel, params, progress=False, archive=verifier.archive)
+    seed_archive(panel, params, progress=False, archive=verifier.archive, scorer=verifier.scorer)
     return verifier, f"{path} not found: seeded the novelty archive with Alpha101 in memory (run `alphagym archive`)"
