@@ -111,7 +111,8 @@ def test_planted_effects_have_realistic_ic(sim_panels, effect):
             w = v[t - 19:t + 1]
             sig[t] = w.std(axis=0) / w.mean(axis=0)
     ic = _rank_ic(sig, fwd)
-    assert 0.005 < ic < 0.05, ic
+    # strong enough to clear costs (test_simulator_learnable.py), still a daily rank IC of a few percent
+    assert 0.01 < ic < 0.08, ic
 
 
 def test_price_level_trap_has_no_ic(sim_panels):
@@ -129,3 +130,25 @@ def test_ground_truth_documents_effects(params):
     betas = np.array(list(truth["beta"].values()))
     vols = np.array(list(truth["ann_vol"].values()))
     assert np.corrcoef(np.argsort(np.argsort(betas)), np.argsort(np.argsort(vols)))[0, 1] > 0.3
+
+
+def test_universe_size_scales_the_sector_mix(root):
+    from alphagym.data.simulator import sector_list
+
+    counts = dict(load_params(root / "params.yaml")["simulator"]["sector_counts"])
+    assert sector_list(counts, sum(counts.values())) == [k for k, v in counts.items() for _ in range(v)]
+    big = sector_list(counts, 500)
+    assert len(big) == 500 and set(big) == set(counts)
+    for k, v in counts.items():           # each sector within one name of its exact share
+        assert abs(big.count(k) - v * 500 / sum(counts.values())) < 1.0
+    sim = dict(load_params(root / "params.yaml", ["simulator.stocks=120"])["simulator"])
+    m = simulate_market(sim, calendar="XNYS", start="2024-01-02", end="2024-03-28", seed=1)
+    assert len(m.sectors) == 120 and list(m.sectors)[:2] == ["S000", "S001"]
+    assert m.prices["ticker"].nunique() == 120
+
+
+def test_universe_size_out_of_range_fails_at_load(root):
+    from alphagym.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="simulator.stocks"):
+        load_params(root / "params.yaml", ["simulator.stocks=1"])

@@ -174,7 +174,9 @@ class Effects(Section):
 
 
 class Simulator(Section):
-    sector_counts: dict[str, PosInt] = Field(description="stocks per sector (their sum is the universe size)")
+    stocks: Annotated[int, Field(ge=2, le=5000)] = Field(
+        description="universe size; sector_counts are scaled to it (largest remainder), so 46 keeps them as written")
+    sector_counts: dict[str, PosInt] = Field(description="stocks per sector at 46 stocks: the sector mix")
     market_drift_annual: float = Field(ge=-1, le=1, description="market drift in calm regimes")
     crisis_drift_annual: float = Field(ge=-2, le=1, description="market drift in crises")
     calibrated: Calibrated

@@ -9,9 +9,10 @@ Structure (all documented in the ground-truth file it writes beside the prices):
 - dollar volume: a per-stock level (an order of magnitude apart), a slow and a fast AR(1) component (real
   volume autocorrelation drops fast over a few days, then decays slowly), and a saturating response to the
   day's absolute return;
-- planted cross-sectional effects of realistic size (rank IC ~0.01-0.03), time-decaying and regime
-  dependent: short-term reversal and a volume-variability premium; and two traps: betas that pay
-  only in rising markets, and price levels with no predictive power.
+- planted cross-sectional effects, slowly decaying and regime dependent: short-term reversal and a
+  volume-variability premium, strong enough that their formulas clear the holdout costs (a learner that
+  finds them and one that finds nothing must look different on the holdout year); and two traps: betas
+  that pay only in rising markets, and price levels with no predictive power.
 
 Why hand-written: no library simulates a cross-section with planted, documented alpha.
 """
@@ -55,17 +56,28 @@ def _std_ranks(x: np.ndarray) -> np.ndarray:
     return out
 
 
+def sector_list(counts: dict[str, int], stocks: int) -> list[str]:
+    """One sector name per stock: the sector mix of `counts` scaled to `stocks` names by largest remainder
+    (ties to the sector listed first), in the order of `counts`. At stocks == sum(counts) it is `counts`."""
+    total = sum(counts.values())
+    exact = {k: v * stocks / total for k, v in counts.items()}
+    alloc = {k: int(np.floor(x)) for k, x in exact.items()}
+    order = sorted(counts, key=lambda k: -(exact[k] - alloc[k]))     # stable sort: ties keep the listed order
+    for k in order[: stocks - sum(alloc.values())]:
+        alloc[k] += 1
+    return [k for k in counts for _ in range(alloc[k])]
+
+
 def simulate_market(sim: dict[str, Any], *, calendar: str, start: str, end: str, seed: int) -> SimulatedMarket:
     """Simulate the market on the sessions of `calendar` between start and end."""
     cal = sim["calibrated"]
     rng = np.random.default_rng(seed)
     dates = sessions(calendar, start, end)
     n_days = len(dates)
-    sector_names: list[str] = []
-    for name, count in sim["sector_counts"].items():
-        sector_names += [name] * int(count)
+    sector_names = sector_list(sim["sector_counts"], int(sim["stocks"]))
     n = len(sector_names)
-    tickers = [f"S{i:02d}" for i in range(n)]
+    width = max(2, len(str(n - 1)))
+    tickers = [f"S{i:0{width}d}" for i in range(n)]
     sec_codes = np.unique(sector_names, return_inverse=True)[1]
     n_sec = int(sec_codes.max()) + 1
 
