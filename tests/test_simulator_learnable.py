@@ -13,7 +13,6 @@ from alphagym.dsl.alpha101 import alpha101
 from alphagym.engine.book import market_forward
 from alphagym.verifier.verifier import Verifier
 
-
 PLANTED = [
     "rank(ts_std(volume, 20) / ts_mean(volume, 20))",               # volume variability, as planted
     "rank(ts_mean(ts_std(volume, 20) / ts_mean(volume, 20), 5))",   # ... smoothed over a week

@@ -23,3 +23,17 @@ class DataError(AlphagymError):
 
 class SourceUnavailableError(AlphagymError):
     """A data source cannot be reached (no network, no folder); names the alternatives."""
+
+
+class BriefError(AlphagymError):
+    """A design brief or brief file is malformed; names the file, the line and the field."""
+
+    def __init__(self, detail: str, *, file: str | None = None, line: int | None = None,
+                 field: str | None = None) -> None:
+        self.detail, self.file, self.line, self.field = detail, file, line, field
+        where = ", ".join(f"{k} {v}" for k, v in (("file", file), ("line", line), ("field", field)) if v)
+        super().__init__(detail + (f" ({where})" if where else ""))
+
+
+class PolicyError(AlphagymError):
+    """A policy cannot be built, loaded or run (a corrupted checkpoint, a missing backend, no GPU)."""

@@ -371,6 +371,11 @@ class Format(Section):
     reasoning_bonus: NonNeg = Field(description="R12 for a reasoning block before the answer")
 
 
+class Compliance(Section):
+    reward: bool = Field(description="turn brief compliance into a reward channel (share of checks passed - 1)")
+    priority: NonNeg = Field(description="its priority when rewarded")
+
+
 class Verifier(Section):
     book: Book
     costs: Costs
@@ -389,6 +394,7 @@ class Verifier(Section):
     complexity: Complexity
     format: Format
     workers: Annotated[int, Field(ge=1, le=64)] = Field(description="processes scoring a group's answers")
+    compliance: Compliance
 
 
 # --- world model ------------------------------------------------------------------------------------------
@@ -454,6 +460,17 @@ class Paths(Section):
     results: str = Field(min_length=1, description="folder of every stage output")
 
 
+# --- design briefs ------------------------------------------------------------------------------------------
+
+class Briefs(Section):
+    train: Annotated[int, Field(ge=1, le=100_000)] = Field(description="training briefs to draw")
+    holdout: Annotated[int, Field(ge=1, le=10_000)] = Field(description="holdout briefs to draw")
+    holdout_family_share: Annotated[float, Field(gt=0, lt=0.5)] = Field(
+        description="share of (mechanism, structure) families held out for the holdout briefs")
+    horizon_tolerance: Annotated[float, Field(gt=0, le=4)] = Field(
+        description="the longest window passes within [h / (1 + tol), h * (1 + tol)] of the brief's horizon h")
+
+
 class Params(Section):
     """Everything in params.yaml after the profile merge and the `--set` overrides."""
 
@@ -467,4 +484,5 @@ class Params(Section):
     verifier: Verifier
     worldmodel: WorldModel
     stylized_tolerance: StylizedTolerance
+    briefs: Briefs
     tracking: Tracking

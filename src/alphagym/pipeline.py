@@ -106,6 +106,11 @@ def table_rows(r: str = "results", profile_arg: str = "") -> list[Stage]:
               ("src/alphagym/worldmodel", "src/alphagym/data/stylized.py", *engine),
               metrics=("gates",), directories=("worlds",), threads=2,
               help="train the JEPA world model, write stress worlds and the gate report"),
+        Stage("briefs", "alphagym.briefs.stage:briefs", {},
+              {"train": f"{r}/briefs/train.jsonl", "holdout": f"{r}/briefs/holdout.jsonl",
+               "summary": f"{r}/briefs/summary.json"},
+              ("seed", "briefs"), ("src/alphagym/briefs",), metrics=("summary",),
+              help="draw the training and holdout design briefs from the catalogue"),
     ]
     return [Stage(**{**s.__dict__, "profile_arg": profile_arg}) for s in rows]
 

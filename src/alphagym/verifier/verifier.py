@@ -12,7 +12,7 @@ import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -62,6 +62,15 @@ class ScoreCard:
 
 def _zero_channels() -> dict[str, float]:
     return dict.fromkeys(ch.CHANNELS, 0.0)
+
+
+class BriefCheck(Protocol):
+    """What the verifier needs of a brief: its check names and a compliance check of a parsed formula
+    (implemented by `alphagym.briefs.BriefChecker`; the verifier does not depend on the catalogue)."""
+
+    checks: tuple[str, ...]
+
+    def check(self, ast: Any) -> Any: ...
 
 
 class Verifier:
@@ -187,11 +196,16 @@ class Verifier:
                 card.channels[k] = 0.0
         card.channels["motif_guard"] = float(self.cfg["motif_guard"]["penalty"])
 
-    def score(self, text: str, answer: bool = False) -> ScoreCard:
-        return self.score_group([text], answer=answer)[0]
+    def score(self, text: str, answer: bool = False, brief: BriefCheck | None = None) -> ScoreCard:
+        return self.score_group([text], answer=answer, brief=brief)[0]
 
     # --- groups ---
-    def score_group(self, texts: list[str], answer: bool = True, workers: int | None = None) -> list[ScoreCard]:
+    def score_group(self, texts: list[str], answer: bool = True, workers: int | None = None,
+                    brief: BriefCheck | None = None) -> list[ScoreCard]:
+        """Score a group of answers to one brief. With `brief` (`alphagym.briefs.BriefChecker`), each card also gets the
+        brief-compliance metrics (`compliance`: share of checks passed, `compliant`: all passed,
+        `compliance/<check>`); they become the `compliance` channel only when verifier.compliance.reward
+        is on."""
         workers = int(self.cfg.get("workers", 1) if workers is None else workers)
         if workers > 1 and len(texts) > 1:
             # spawn, not fork: numba's OpenMP pool does not survive a fork. Each worker builds its own
@@ -204,7 +218,24 @@ class Verifier:
         else:
             cards = [self.score_one(t, answer) for t in texts]
         self._group_channels(cards)
+        if brief is not None:
+            self._compliance(cards, brief)
         return cards
+
+    def _compliance(self, cards: list[ScoreCard], brief: BriefCheck) -> None:
+        reward = bool(self.cfg["compliance"]["reward"])
+        for c in cards:
+            try:
+                comp = brief.check(parse(c.formula, self.limits)) if c.formula else None
+            except DslError:
+                comp = None
+            share = comp.share if comp else 0.0
+            c.metrics["compliance"] = share
+            c.metrics["compliant"] = float(comp is not None and comp.ok)
+            for k in brief.checks:
+                c.metrics[f"compliance/{k}"] = float(comp is not None and comp.checks[k])
+            if reward:
+                c.channels["compliance"] = (share - 1.0) if c.valid else -1.0
 
     def _group_channels(self, cards: list[ScoreCard]) -> None:
         valid = [c for c in cards if c.valid]

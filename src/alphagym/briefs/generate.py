@@ -1,0 +1,146 @@
+"""Seeded design briefs: six fields drawn from the catalogue, rendered as one paragraph of text.
+
+Template families are (mechanism, structure) pairs. A seeded share of the families is held out: the
+holdout briefs come only from those, the training briefs never, and every mechanism and every structure
+still occurs in training (the holdout tests new combinations, not new words). A brief whose fields
+contradict each other (a rule forbids every field or operator another field requires) is never drawn.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from alphagym.briefs.catalogue import Catalogue
+from alphagym.errors import BriefError
+
+FIELDS = ("mechanism", "horizon", "input_rule", "structure", "forbidden", "risk")
+RECORD = ("id", "split", "family", *FIELDS, "text")
+
+
+def render(c: Catalogue, b: Mapping[str, Any]) -> str:
+    return (f"{c.preamble} Design an alpha whose PRIMARY mechanism is: {c.text('mechanisms', b['mechanism'])}. "
+            f"Target horizon: roughly {b['horizon']}-day windows. Inputs: {c.text('input_rules', b['input_rule'])}. "
+            f"Structure: {c.text('structures', b['structure'])}. "
+            f"Constraint: {c.text('forbidden', b['forbidden'])}. "
+            f"Risk preference: {c.text('risks', b['risk'])}.")
+
+
+def _groups(spec: Mapping[str, Any], key: str) -> list[set[str]]:
+    return [set(g) for g in spec.get(key, [])]
+
+
+def contradicts(c: Catalogue, b: Mapping[str, Any]) -> bool:
+    """True when one field forbids everything another requires (no formula could comply)."""
+    specs = [c.spec("mechanisms", b["mechanism"]), c.spec("input_rules", b["input_rule"]),
+             c.spec("structures", b["structure"]), c.spec("forbidden", b["forbidden"])]
+    forbid_ops = set().union(*(s.get("forbid_ops", []) for s in specs))
+    forbid_fields = set().union(*(s.get("forbid_fields", []) for s in specs))
+    need_ops = [g for s in specs for g in _groups(s, "require_ops")]
+    need_fields = [g for s in specs for g in _groups(s, "require_fields")]
+    if any(g <= forbid_ops for g in need_ops) or any(g <= forbid_fields for g in need_fields):
+        return True
+    for s in specs:
+        cnt = s.get("op_count")
+        if cnt and cnt["op"] in forbid_ops and cnt.get("min", 0) > 0:
+            return True
+        dist = s.get("distinct_fields")
+        if dist and "max" in dist:
+            # disjoint required field groups each need their own field
+            disjoint = [g for g in need_fields if all(not (g & h) for h in need_fields if h is not g)]
+            if len(disjoint) > dist["max"]:
+                return True
+    return False
+
+
+def families(c: Catalogue) -> list[str]:
+    return [f"{m}|{s}" for m in c.ids("mechanisms") for s in c.ids("structures")]
+
+
+def holdout_families(c: Catalogue, share: float, seed: int) -> list[str]:
+    """A seeded set of families to hold out, leaving every mechanism and structure in training."""
+    rng = np.random.default_rng([seed, 1])
+    fams = families(c)
+    want = max(1, round(share * len(fams)))
+    held: list[str] = []
+    for i in rng.permutation(len(fams)):
+        m, s = fams[i].split("|")
+        rest = [f for f in fams if f not in held and f != fams[i]]
+        if any(f.startswith(m + "|") for f in rest) and any(f.endswith("|" + s) for f in rest):
+            held.append(fams[i])
+        if len(held) == want:
+            break
+    return sorted(held)
+
+
+def draw(c: Catalogue, fams: list[str], n: int, split: str, rng: np.random.Generator,
+         max_tries: int = 100_000) -> list[dict[str, Any]]:
+    """`n` distinct, non-contradictory briefs from the given families."""
+    out, seen = [], set()
+    for _ in range(max_tries):
+        if len(out) == n:
+            break
+        m, s = fams[int(rng.integers(len(fams)))].split("|")
+        b = {"mechanism": m, "horizon": int(c.horizons[int(rng.integers(len(c.horizons)))]),
+             "input_rule": c.ids("input_rules")[int(rng.integers(len(c.ids("input_rules"))))],
+             "structure": s,
+             "forbidden": c.ids("forbidden")[int(rng.integers(len(c.ids("forbidden"))))],
+             "risk": c.ids("risks")[int(rng.integers(len(c.ids("risks"))))]}
+        key = tuple(b[f] for f in FIELDS)
+        if key in seen or contradicts(c, b):
+            continue
+        seen.add(key)
+        out.append({"id": f"{split}-{len(out):04d}", "split": split, "family": f"{m}|{s}", **b,
+                    "text": render(c, b)})
+    if len(out) < n:
+        raise BriefError(f"could draw only {len(out)} of {n} distinct {split} briefs from {len(fams)} families")
+    return out
+
+
+def generate(c: Catalogue, cfg: Mapping[str, Any], seed: int) -> tuple[list[dict], list[dict], list[str]]:
+    """(train briefs, holdout briefs, holdout families)."""
+    held = holdout_families(c, float(cfg["holdout_family_share"]), seed)
+    train_fams = [f for f in families(c) if f not in held]
+    rng = np.random.default_rng([seed, 2])
+    return (draw(c, train_fams, int(cfg["train"]), "train", rng), draw(c, held, int(cfg["holdout"]), "holdout", rng),
+            held)
+
+
+def write_briefs(path: Path, briefs: Iterable[Mapping[str, Any]]) -> None:
+    path.write_text("".join(json.dumps({k: b[k] for k in RECORD}) + "\n" for b in briefs))
+
+
+def read_briefs(path: Path, catalogue: Catalogue | None = None) -> list[dict[str, Any]]:
+    """Brief records from a JSONL file; a missing file, bad JSON, a missing or empty field, or an id the
+    catalogue does not know is a BriefError naming the file, the line and the field."""
+    path = Path(path)
+    if not path.is_file():
+        raise BriefError("brief file not found (run `alphagym briefs`)", file=str(path))
+    out = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise BriefError(f"not JSON: {exc.msg}", file=str(path), line=i) from None
+        if not isinstance(row, dict):
+            raise BriefError("a brief must be a JSON object", file=str(path), line=i)
+        for k in RECORD:
+            if k not in row:
+                raise BriefError("missing field", file=str(path), line=i, field=k)
+            if row[k] in ("", None):
+                raise BriefError("empty field", file=str(path), line=i, field=k)
+        if catalogue is not None:
+            for part, k in (("mechanisms", "mechanism"), ("input_rules", "input_rule"), ("structures", "structure"),
+                            ("forbidden", "forbidden"), ("risks", "risk")):
+                if row[k] not in catalogue.rows[part]:
+                    raise BriefError(f"unknown id {row[k]!r}", file=str(path), line=i, field=k)
+        out.append(row)
+    if not out:
+        raise BriefError("no briefs in file", file=str(path))
+    return out

@@ -1,0 +1,143 @@
+"""Design briefs: the catalogue as data, held-out families, deterministic drawing, the compliance checker
+(worked examples), and clear errors on bad brief files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from alphagym.briefs.catalogue import PARTS, load_catalogue
+from alphagym.briefs.compliance import BriefChecker, check, check_spec, max_window, ts_nesting
+from alphagym.briefs.generate import contradicts, families, generate, read_briefs, write_briefs
+from alphagym.dsl.parser import parse
+from alphagym.errors import BriefError
+
+CFG = {"train": 500, "holdout": 50, "holdout_family_share": 0.15}
+
+
+@pytest.fixture(scope="module")
+def cat():
+    return load_catalogue()
+
+
+@pytest.fixture(scope="module")
+def drawn(cat):
+    return generate(cat, CFG, 7)
+
+
+def test_catalogue_is_data_with_enough_options(cat, root):
+    assert (root / "src/alphagym/briefs/catalogue.yaml").is_file()
+    assert len(cat.ids("mechanisms")) >= 15
+    assert all(len(cat.ids(p)) >= 5 for p in PARTS) and len(cat.horizons) >= 5
+
+
+def test_counts_and_holdout_families_never_in_training(cat, drawn):
+    train, holdout, held = drawn
+    assert len(train) == 500 and len(holdout) == 50
+    train_fams = {b["family"] for b in train}
+    assert {b["family"] for b in holdout} <= set(held)
+    assert not train_fams & set(held)
+    # held-out families are new combinations of known words: every mechanism and structure is trained on
+    assert {b["mechanism"] for b in train} == set(cat.ids("mechanisms"))
+    assert {b["structure"] for b in train} == set(cat.ids("structures"))
+    assert len(set(held)) == round(0.15 * len(families(cat)))
+    assert len({b["text"] for b in train + holdout}) == 550
+
+
+def test_same_seed_same_briefs_other_seed_other(cat, drawn, tmp_path):
+    again = generate(cat, CFG, 7)
+    write_briefs(tmp_path / "a.jsonl", drawn[0])
+    write_briefs(tmp_path / "b.jsonl", again[0])
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+    assert generate(cat, CFG, 8)[2] != drawn[2]
+
+
+def test_rendered_text_has_the_six_fields(drawn):
+    text = drawn[0][0]["text"]
+    for part in ("PRIMARY mechanism is:", "Target horizon: roughly", "Inputs:", "Structure:", "Constraint:",
+                 "Risk preference:"):
+        assert part in text
+
+
+def test_no_contradictory_brief_is_drawn(cat, drawn):
+    assert not any(contradicts(cat, b) for b in drawn[0] + drawn[1])
+    assert contradicts(cat, {"mechanism": "volume_variability", "horizon": 21, "input_rule": "price_only",
+                             "structure": "ranked", "forbidden": "compact", "risk": "steady"})
+
+
+BRIEF = {"mechanism": "price_volume_divergence", "horizon": 21, "input_rule": "one_corr",
+         "structure": "sign_of_relationship", "forbidden": "long_price_sums", "risk": "vol_regime"}
+
+
+@pytest.mark.parametrize("formula, failed", [
+    ("sign(ts_corr(close, volume, 21))", []),
+    ("-sign(ts_corr(rank(close), rank(volume), 15))", []),                  # 15 is inside [14, 31.5]
+    ("sign(ts_corr(close, volume, 63))", ["horizon"]),
+    ("rank(ts_corr(close, volume, 21))", ["structure"]),
+    ("sign(ts_corr(close, volume, 21) + ts_corr(open, volume, 21))", ["input_rule"]),
+    ("sign(ts_corr(ts_mean(close, 100), volume, 21))", ["horizon", "forbidden"]),
+    ("sign(ts_delta(close, 21))", ["mechanism", "input_rule", "structure"]),
+])
+def test_compliance_worked_examples(cat, formula, failed):
+    comp = check(BRIEF, parse(formula), cat, 0.5)
+    assert sorted(k for k, ok in comp.checks.items() if not ok) == sorted(failed), comp.reasons
+    assert comp.ok == (not failed)
+    assert comp.share == pytest.approx(1 - len(failed) / 5)
+    assert set(comp.reasons) == set(failed)
+
+
+def test_check_helpers():
+    ast = parse("rank(ts_mean(ts_std(volume, 20) / ts_mean(volume, 60), 5))")
+    assert max_window(ast) == 60 and ts_nesting(ast) == 2
+    assert max_window(parse("rank(close)")) is None
+    assert check_spec({"root": "rank"}, ast) is None
+    assert "at most 1" in check_spec({"max_ts_nesting": 1}, ast)
+    assert check_spec({"distinct_fields": {"min": 2}}, ast) == "uses 1 distinct fields"
+    assert "price sum" in check_spec({"forbid_long_price_sums": 63}, parse("rank(ts_sum(close, 100))"))
+    assert check_spec({"forbid_long_price_sums": 63}, parse("rank(ts_sum(volume, 100))")) is None
+
+
+def test_bad_brief_files_name_file_line_and_field(tmp_path, drawn, cat):
+    good = tmp_path / "good.jsonl"
+    write_briefs(good, drawn[1][:3])
+    assert len(read_briefs(good, cat)) == 3
+    rows = [json.loads(x) for x in good.read_text().splitlines()]
+    cases = {
+        "missing": ({k: v for k, v in rows[1].items() if k != "structure"}, "line 2, field structure"),
+        "empty": ({**rows[1], "text": ""}, "empty field (file"),
+        "unknown": ({**rows[1], "mechanism": "astrology"}, "unknown id 'astrology'"),
+    }
+    for name, (bad_row, msg) in cases.items():
+        p = tmp_path / f"{name}.jsonl"
+        p.write_text("\n".join(json.dumps(r) for r in (rows[0], bad_row, rows[2])) + "\n")
+        with pytest.raises(BriefError, match=msg.replace("(", r"\(")):
+            read_briefs(p, cat)
+    (tmp_path / "json.jsonl").write_text(good.read_text() + "{not json\n")
+    with pytest.raises(BriefError, match="not JSON.*line 4"):
+        read_briefs(tmp_path / "json.jsonl")
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(BriefError, match="no briefs"):
+        read_briefs(tmp_path / "empty.jsonl")
+    with pytest.raises(BriefError, match="not found"):
+        read_briefs(tmp_path / "nope.jsonl")
+
+
+def test_compliance_is_reported_by_the_verifier_and_rewarded_only_when_asked(sim_panels, root):
+    from alphagym.config import load_params
+    from alphagym.verifier.verifier import Verifier
+
+    train = sim_panels[0].slice_days(0, 600)
+    answers = ["<alpha>sign(ts_corr(close, volume, 21))</alpha>", "<alpha>rank(ts_delta(close, 5))</alpha>",
+               "no tag at all"]
+    for reward in (False, True):
+        p = load_params(root / "params.yaml", [f"verifier.compliance.reward={str(reward).lower()}",
+                                               "verifier.jepa_stress.enabled=false"])
+        cards = Verifier(train, p).score_group(answers, brief=BriefChecker(BRIEF, load_catalogue(), 0.5))
+        assert [c.metrics["compliant"] for c in cards] == [1.0, 0.0, 0.0]
+        assert cards[1].metrics["compliance"] == pytest.approx(1 / 5)     # only the forbidden pattern holds
+        assert ("compliance" in cards[0].channels) == reward
+        if reward:
+            assert cards[0].channels["compliance"] == 0.0 and cards[2].channels["compliance"] == -1.0
+    plain = Verifier(train, p).score_group(answers[:1])
+    assert "compliance" not in plain[0].metrics
