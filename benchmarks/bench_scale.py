@@ -103,8 +103,11 @@ def plot(rows: list[dict], path: Path) -> Path:
         if not cond:
             ax2.plot(n, [r["rss_peak_mb"] for r in rs], "-o", color="C3", label="peak RSS over start-up")
             ax2.plot(n, [r["panel_mb"] for r in rs], "-o", color="C0", label="one train panel's arrays")
+    sizes = sorted({r["stocks"] for r in rows})
     ax1.set(xscale="log", yscale="log", xlabel="stocks", ylabel="ms per formula (median)",
             title="time per formula, 3,556 sessions")
+    ax1.set_xticks(sizes, [str(n) for n in sizes])
+    ax1.minorticks_off()
     ax1.legend(fontsize=6.5)
     ax2.set(xlabel="stocks", ylabel="MB", title="memory (idle run)")
     ax2.legend(fontsize=8)
@@ -117,7 +120,12 @@ def main() -> int:
     ap.add_argument("--load", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    ap.add_argument("--plot-only", action="store_true", help="redraw the figure from benchmarks/results/scale.json")
     args = ap.parse_args()
+    if args.plot_only:
+        rows = json.loads((ROOT / "benchmarks" / "results" / "scale.json").read_text())
+        print(f"figure: {plot(rows, ROOT / 'docs' / 'img' / 'bench_scale.png')}")
+        return 0
     if args.one:
         print(json.dumps(one(args.one, args.repeats, args.load)))
         return 0

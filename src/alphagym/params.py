@@ -471,6 +471,94 @@ class Briefs(Section):
         description="the longest window passes within [h / (1 + tol), h * (1 + tol)] of the brief's horizon h")
 
 
+# --- policy, SFT and prompt filtering -------------------------------------------------------------------------
+
+PosIntField = Annotated[int, Field(ge=1)]
+AdapterKind = Literal["none", "lora", "dora"]
+
+
+class Adapter(Section):
+    r: Annotated[int, Field(ge=1, le=1024)] = Field(description="LoRA rank")
+    alpha: Annotated[int, Field(ge=1, le=4096)] = Field(description="LoRA alpha (scale = alpha / r)")
+    dropout: Annotated[float, Field(ge=0, lt=1)] = Field(description="LoRA dropout")
+    target_modules: list[str] = Field(min_length=1, description="module names the adapter wraps")
+
+
+class TinyPolicy(Section):
+    vocab_size: Annotated[int, Field(ge=300, le=65536)] = Field(description="BPE vocabulary trained on the corpus")
+    hidden_size: Annotated[int, Field(ge=16, le=4096)] = Field(description="model width")
+    intermediate_size: Annotated[int, Field(ge=16, le=16384)] = Field(description="MLP width")
+    layers: Annotated[int, Field(ge=1, le=64)] = Field(description="transformer blocks")
+    heads: Annotated[int, Field(ge=1, le=64)] = Field(description="attention heads")
+    kv_heads: Annotated[int, Field(ge=1, le=64)] = Field(description="key/value heads (grouped-query attention)")
+    max_positions: Annotated[int, Field(ge=64, le=32768)] = Field(description="longest prompt + answer")
+    adapter: AdapterKind = Field(description="none (full training from scratch), lora or dora")
+
+    @model_validator(mode="after")
+    def _heads(self) -> TinyPolicy:
+        if self.hidden_size % self.heads or self.heads % self.kv_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} must divide by heads {self.heads}, and heads by "
+                             f"kv_heads {self.kv_heads}")
+        return self
+
+
+class PretrainedPolicy(Section):
+    adapter: AdapterKind = Field(description="lora or dora on the frozen base (none trains every weight)")
+
+
+class HfPolicy(PretrainedPolicy):
+    base_model: str = Field(description="a local Hugging Face model folder (config.json, weights, tokenizer)")
+    nf4: bool = Field(description="load the base in NF4 with bitsandbytes (needs a CUDA GPU)")
+
+
+class Policy(Section):
+    max_new_tokens: Annotated[int, Field(ge=8, le=1024)] = Field(description="answer cap in tokens")
+    micro_batch: PosIntField = Field(description="sequences per forward pass")
+    threads: Annotated[int, Field(ge=1, le=256)] = Field(description="torch threads")
+    adapter: Adapter
+    tiny: TinyPolicy
+    smollm2: PretrainedPolicy
+    hf: HfPolicy
+
+
+class SftRun(Section):
+    epochs: Annotated[int, Field(ge=1, le=1000)] = Field(description="passes over the corpus")
+    batch_size: PosIntField = Field(description="pairs per optimizer step")
+    lr: Annotated[float, Field(gt=0, le=1)] = Field(description="peak AdamW learning rate")
+    weight_decay: NonNeg = Field(description="AdamW weight decay")
+    warmup_share: Annotated[float, Field(ge=0, lt=1)] = Field(description="linear warm-up share of the steps")
+    max_grad_norm: Annotated[float, Field(gt=0)] = Field(description="gradient clipping")
+    eval_every: PosIntField = Field(description="steps between held-out loss evaluations")
+    eval_share: Annotated[float, Field(gt=0, lt=0.5)] = Field(description="pairs held out for the eval loss")
+    max_pairs: Annotated[int, Field(ge=0)] = Field(description="train on at most this many pairs (0: all)")
+
+
+class Corpus(Section):
+    candidates: Annotated[int, Field(ge=10, le=10_000_000)] = Field(description="formulas drawn and scored")
+    alpha101_share: Annotated[float, Field(ge=0, le=1)] = Field(description="share of Alpha101 mutations")
+
+
+class SftEval(Section):
+    samples: PosIntField = Field(description="answers per holdout brief")
+    temperature: Annotated[float, Field(ge=0, le=5)] = Field(description="sampling temperature (0: greedy)")
+
+
+class Sft(Section):
+    policies: list[Literal["tiny", "smollm2", "hf"]] = Field(min_length=1, description="one sft stage per backend")
+    corpus: Corpus
+    eval: SftEval
+    tiny: SftRun
+    smollm2: SftRun
+    hf: SftRun
+
+
+class Filter(Section):
+    samples: Annotated[int, Field(ge=2, le=256)] = Field(description="answers per training brief")
+    temperature: Annotated[float, Field(gt=0, le=5)] = Field(description="sampling temperature")
+    min_kept: Annotated[int, Field(ge=0)] = Field(
+        description="when fewer briefs are solved sometimes, keep this many closest to break-even")
+
+
 class Params(Section):
     """Everything in params.yaml after the profile merge and the `--set` overrides."""
 
@@ -485,4 +573,7 @@ class Params(Section):
     worldmodel: WorldModel
     stylized_tolerance: StylizedTolerance
     briefs: Briefs
+    policy: Policy
+    sft: Sft
+    filter: Filter
     tracking: Tracking

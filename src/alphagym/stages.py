@@ -57,7 +57,8 @@ def run_stage(params: Mapping[str, Any], key: str, rows: list[Stage] | None = No
     logged = {k: get(params, k) for k in stage.params}
     try:
         with stage_run(key, params, logged) as run:
-            summary = resolve(stage.func)(view, stage.paths("deps"), staged, run)
+            item = {"item": stage.item} if stage.item is not None else {}     # a family member learns its item
+            summary = resolve(stage.func)(view, stage.paths("deps"), staged, run, **item)
         missing = [role for role, p in staged.items()
                    if not p.exists() or (role in stage.directories and not any(p.iterdir()))]
         if missing:

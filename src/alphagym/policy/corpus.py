@@ -1,0 +1,152 @@
+"""The SFT corpus: verified brief -> formula pairs.
+
+Formulas come from two seeded sources: a grammar sampler that composes the shapes alpha formulas take (a
+base quantity, one or two time-series transforms, a cross-sectional wrapper, sometimes a second piece
+combined with it) with windows near the catalogue's horizons, and mutations of the usable Alpha101 (windows
+rescaled, one field swapped). The verifier scores each on the train window; each valid one gets a brief it
+satisfies: for every brief field, the catalogue options the compliance checker passes on this formula, one
+drawn at random (the mechanism and structure pair only from the training families). A formula no training
+family fits is dropped. Every pair is re-checked before it is kept.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from alphagym.briefs.catalogue import Catalogue
+from alphagym.briefs.compliance import check, check_spec, horizon_reason
+from alphagym.briefs.generate import contradicts, render
+from alphagym.dsl.alpha101 import alpha101
+from alphagym.dsl.canonical import canonical
+from alphagym.dsl.errors import DslError
+from alphagym.dsl.parser import Limits, parse
+from alphagym.panel import DSL_FIELDS
+
+BASES = ["returns", "volume", "close", "vwap", "high - low", "(close - open) / (high - low + 0.001)",
+         "close / vwap", "log(volume)", "open / delay(close, 1) - 1", "close * volume", "(high + low) / 2 - close",
+         "volume / ts_mean(volume, {w})", "ts_delta(log(close), {s})", "abs(returns)", "high / low"]
+TS1 = ["ts_mean", "ts_std", "ts_zscore", "ts_rank", "ts_delta", "ts_max", "ts_min", "ts_argmax", "ts_argmin",
+       "ts_decay_linear", "ts_ema", "ts_skew", "ts_kurt", "ts_slope", "ts_sum"]
+TS2 = ["ts_corr", "ts_cov"]
+WRAP = ["rank({x})", "-rank({x})", "sign({x})", "-sign({x})", "rank(indneutralize({x}))", "scale({x})", "{x}"]
+COMBINE = ["{a} / {b}", "{a} - {b}", "rank({a}) - rank({b})", "rank({a}) * rank({b})", "{a} * {b}"]
+
+
+def _window(rng: np.random.Generator, horizons: tuple[int, ...]) -> int:
+    h = float(horizons[int(rng.integers(len(horizons)))])
+    return int(max(2, min(252, round(h * float(rng.uniform(0.75, 1.3))))))
+
+
+def sample_formula(rng: np.random.Generator, horizons: tuple[int, ...]) -> str:
+    """One formula of the grammar sampler."""
+    def base() -> str:
+        return BASES[int(rng.integers(len(BASES)))].format(w=_window(rng, horizons), s=int(rng.integers(1, 6)))
+
+    def piece() -> str:
+        if rng.random() < 0.2:
+            op = TS2[int(rng.integers(len(TS2)))]
+            return f"{op}({base()}, {base()}, {_window(rng, horizons)})"
+        x = base()
+        for _ in range(1 + int(rng.random() < 0.35)):
+            x = f"{TS1[int(rng.integers(len(TS1)))]}({x}, {_window(rng, horizons)})"
+        return x
+
+    body = piece()
+    if rng.random() < 0.3:
+        body = COMBINE[int(rng.integers(len(COMBINE)))].format(a=body, b=piece())
+    return WRAP[int(rng.integers(len(WRAP)))].format(x=body)
+
+
+_NUM_AFTER_COMMA = re.compile(r",\s*(\d+(?:\.\d+)?)\s*\)")
+
+
+def mutate_alpha(text: str, rng: np.random.Generator) -> str:
+    """An Alpha101 text with its windows rescaled by one factor and, half the time, one field swapped."""
+    factor = float(rng.choice([0.5, 0.75, 1.5, 2.0]))
+
+    def scale(m: re.Match) -> str:
+        v = float(m.group(1))
+        return m.group(0) if v != int(v) else m.group(0).replace(m.group(1), str(max(2, min(250, round(v * factor)))))
+
+    out = _NUM_AFTER_COMMA.sub(scale, text)
+    if rng.random() < 0.5:
+        used = [f for f in DSL_FIELDS if re.search(rf"\b{f}\b", out)]
+        if used:
+            a = used[int(rng.integers(len(used)))]
+            b = [f for f in DSL_FIELDS if f != a][int(rng.integers(len(DSL_FIELDS) - 1))]
+            out = re.sub(rf"\b{a}\b", b, out, count=1)
+    return out
+
+
+def candidates(n: int, seed: int, horizons: tuple[int, ...], alpha_share: float) -> list[str]:
+    """`n` distinct formula texts, `alpha_share` of them Alpha101 mutations."""
+    rng = np.random.default_rng([seed, 11])
+    alphas = [a.text for a in alpha101(panel_fields=frozenset(DSL_FIELDS)) if a.usable]
+    out, seen = [], set()
+    for _ in range(n * 20):
+        if len(out) == n:
+            break
+        f = (mutate_alpha(alphas[int(rng.integers(len(alphas)))], rng) if rng.random() < alpha_share
+             else sample_formula(rng, horizons))
+        if f not in seen:
+            seen.add(f)
+            out.append(f)
+    return out
+
+
+def assign_brief(ast: Any, cat: Catalogue, train_families: set[str], tolerance: float,
+                 rng: np.random.Generator) -> dict[str, Any] | None:
+    """A brief (field ids) this formula satisfies, drawn from the passing options; None if none fits."""
+    passing = {part: [k for k in cat.ids(part) if check_spec(cat.spec(part, k), ast) is None]
+               for part in ("mechanisms", "structures", "input_rules", "forbidden")}
+    horizons = [h for h in cat.horizons if horizon_reason(ast, h, tolerance) is None]
+    pairs = [(m, s) for m in passing["mechanisms"] for s in passing["structures"] if f"{m}|{s}" in train_families]
+    if not pairs or not horizons or not passing["input_rules"] or not passing["forbidden"]:
+        return None
+    for _ in range(20):
+        m, s = pairs[int(rng.integers(len(pairs)))]
+        b = {"mechanism": m, "horizon": int(horizons[int(rng.integers(len(horizons)))]), "structure": s,
+             "input_rule": passing["input_rules"][int(rng.integers(len(passing["input_rules"])))],
+             "forbidden": passing["forbidden"][int(rng.integers(len(passing["forbidden"])))],
+             "risk": cat.ids("risks")[int(rng.integers(len(cat.ids("risks"))))]}
+        if not contradicts(cat, b):
+            return b
+    return None
+
+
+def build_corpus(score: Callable[[str], Any], cat: Catalogue, train_families: set[str], cfg: Mapping[str, Any],
+                 tolerance: float, limits: Limits, buckets: tuple[int, ...], seed: int,
+                 progress: Callable[[Any], Any] = lambda x: x) -> tuple[pd.DataFrame, dict[str, int]]:
+    """Score candidates with `score` (text -> ScoreCard), keep the valid ones that a training brief fits."""
+    texts = candidates(int(cfg["candidates"]), seed, cat.horizons, float(cfg["alpha101_share"]))
+    rng = np.random.default_rng([seed, 12])
+    rows, counts = [], {"candidates": len(texts), "parse_errors": 0, "invalid": 0, "no_brief": 0}
+    for text in progress(texts):
+        try:
+            ast = parse(text, limits)
+        except DslError:
+            counts["parse_errors"] += 1
+            continue
+        card = score(text)
+        if not card.valid:
+            counts["invalid"] += 1
+            continue
+        fields = assign_brief(ast, cat, train_families, tolerance, rng)
+        if fields is None:
+            counts["no_brief"] += 1
+            continue
+        assert check(fields, ast, cat, tolerance).ok, (text, fields)
+        rows.append({"brief": render(cat, fields), **{f"brief_{k}": v for k, v in fields.items()},
+                     "family": f"{fields['mechanism']}|{fields['structure']}", "formula": text,
+                     "canonical": canonical(ast, buckets), "answer": f"<alpha>{text}</alpha>",
+                     "cpcv": card.channels["cpcv"],
+                     **{f"channel_{k}": float(v) for k, v in card.channels.items()},
+                     **{f"metric_{k}": float(v) for k, v in card.metrics.items()
+                        if k in ("sharpe_net", "turnover", "ic", "beta", "lookback", "nodes")}})
+    counts["pairs"] = len(rows)
+    return pd.DataFrame(rows), counts

