@@ -23,7 +23,8 @@ ANSWERS = ["<alpha>rank(ts_std(volume, 21) / ts_mean(volume, 21))</alpha>", "<al
 
 
 def _policy(adapter: str = "none") -> Policy:
-    cfg = {"threads": 1, "max_new_tokens": 24, "micro_batch": 4, "adapter": ADAPTER, "tiny": {**TINY, "adapter": adapter}}
+    cfg = {"threads": 1, "max_new_tokens": 24, "micro_batch": 4, "adapter": ADAPTER,
+           "tiny": {**TINY, "adapter": adapter}}
     return build_policy("tiny", cfg, BRIEFS * 20 + ANSWERS * 20, seed=0)
 
 
@@ -33,7 +34,8 @@ def test_tiny_sampling_is_seeded_and_logprobs_match_their_answers():
     assert len(a) == 2 and all(len(g) == 3 for g in a)
     assert a == pol.generate(BRIEFS, n=3, temperature=1.0, seed=5)
     assert a != pol.generate(BRIEFS, n=3, temperature=1.0, seed=6)
-    assert pol.generate(BRIEFS, n=2, temperature=0.0, seed=1)[0] == pol.generate(BRIEFS, n=2, temperature=0.0, seed=2)[0]
+    greedy = pol.generate(BRIEFS, n=2, temperature=0.0, seed=1)
+    assert greedy == pol.generate(BRIEFS, n=2, temperature=0.0, seed=2)      # greedy ignores the seed
     lps = pol.logprobs(BRIEFS, ANSWERS)
     for lp, ans in zip(lps, ANSWERS):
         n_tok = len(pol.tokenizer(ans, add_special_tokens=False)["input_ids"]) + 1   # + the end token

@@ -81,6 +81,8 @@ def table_rows(r: str = "results", profile_arg: str = "") -> list[Stage]:
     """The rows, with result paths under `r` (families unexpanded)."""
     data = ("src/alphagym/data", "src/alphagym/panel.py")
     engine = ("src/alphagym/engine", "src/alphagym/dsl", "src/alphagym/kernels.py", "src/alphagym/panel.py")
+    policy = ("src/alphagym/policy", "src/alphagym/briefs", "src/alphagym/verifier", "src/alphagym/plotting.py",
+              *engine)
     rows = [
         Stage("download", "alphagym.data.stage:download", {},
               {"prices": f"{r}/raw/prices.parquet", "meta": f"{r}/raw/meta.json",
@@ -115,7 +117,7 @@ def table_rows(r: str = "results", profile_arg: str = "") -> list[Stage]:
               {"train": f"{r}/panel/train.parquet", "briefs_summary": f"{r}/briefs/summary.json"},
               {"corpus": f"{r}/sft/corpus.parquet", "summary": f"{r}/sft/corpus_summary.json"},
               ("seed", "dsl", "verifier", "briefs.horizon_tolerance", "sft.corpus"),
-              ("src/alphagym/policy", "src/alphagym/briefs", "src/alphagym/verifier", *engine), metrics=("summary",),
+              policy, metrics=("summary",),
               help="score sampled and mutated formulas and pair each valid one with a training brief it satisfies"),
         Stage("sft", "alphagym.policy.stage:sft",
               {"train": f"{r}/panel/train.parquet", "corpus": f"{r}/sft/corpus.parquet",
@@ -123,7 +125,7 @@ def table_rows(r: str = "results", profile_arg: str = "") -> list[Stage]:
               {"policy": f"{r}/sft/{{item}}/policy", "report": f"{r}/sft/{{item}}/report.json",
                "answers": f"{r}/sft/{{item}}/holdout_answers.parquet", "curve": f"{r}/sft/{{item}}/curve.png"},
               ("seed", "dsl", "verifier", "briefs.horizon_tolerance", "policy", "sft.eval", "sft.{item}"),
-              ("src/alphagym/policy", "src/alphagym/briefs", "src/alphagym/verifier", *engine),
+              policy,
               metrics=("report",), directories=("policy",), threads=2, family=Family("sft.policies", "policy"),
               help="warm a policy up on the corpus (one stage per backend in sft.policies)"),
         Stage("filter", "alphagym.policy.stage:filter_briefs",
@@ -132,7 +134,7 @@ def table_rows(r: str = "results", profile_arg: str = "") -> list[Stage]:
               {"kept": f"{r}/filter/briefs.jsonl", "table": f"{r}/filter/solve_rates.parquet",
                "report": f"{r}/filter/report.json", "plot": f"{r}/filter/solve_rates.png"},
               ("seed", "dsl", "verifier", "briefs.horizon_tolerance", "policy", "filter"),
-              ("src/alphagym/policy", "src/alphagym/briefs", "src/alphagym/verifier", *engine),
+              policy,
               metrics=("report",), threads=2,
               help="keep the training briefs the SFT policy solves in some but not all tries"),
     ]

@@ -69,7 +69,8 @@ def load_smollm2() -> tuple[LlamaForCausalLM, PreTrainedTokenizerBase]:
     model = LlamaForCausalLM(loaded.config)
     missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
     if unexpected or [k for k in missing if k != "lm_head.weight"]:
-        raise PolicyError(f"SmolLM2 weights do not match a LlamaForCausalLM: missing {missing}, unexpected {unexpected}")
+        raise PolicyError(f"SmolLM2 weights do not match a LlamaForCausalLM: missing {missing}, "
+                          f"unexpected {unexpected}")
     if "lm_head.weight" in missing:
         model.tie_weights()
     tok.padding_side = "left"

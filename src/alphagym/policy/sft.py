@@ -64,7 +64,7 @@ def train_sft(policy: Policy, briefs: Sequence[str], answers: Sequence[str], cfg
             sched.step()
             step += 1
             next(it, None)
-            row = {"step": step, "loss": float(loss), "grad_norm": grad_norm,
+            row = {"step": step, "loss": loss.item(), "grad_norm": grad_norm,
                    "learning_rate": float(sched.get_last_lr()[0]), "step_time": time.perf_counter() - t0}
             if step % int(cfg["eval_every"]) == 0 or step == steps:
                 row["eval_loss"] = eval_loss()

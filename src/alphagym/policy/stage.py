@@ -78,7 +78,8 @@ def sft(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun
     report["after"], rows = evaluate_policy(policy, holdout, verifier, cat, tol, int(ev["samples"]),
                                             float(ev["temperature"]), seed + 1)
     report["random_valid_baseline"] = random_valid_baseline(
-        list(pairs["formula"]), holdout, cat, tol, int(ev["samples"]), seed, Limits.from_params(params["dsl"]["limits"]))
+        list(pairs["formula"]), holdout, cat, tol, int(ev["samples"]), seed,
+        Limits.from_params(params["dsl"]["limits"]))
     report["final_loss"] = curve[-1]["loss"]
     report["final_eval_loss"] = next((r["eval_loss"] for r in reversed(curve) if "eval_loss" in r), None)
     report["sft_seconds"] = float(sum(r["step_time"] for r in curve))
