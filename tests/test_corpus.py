@@ -67,3 +67,16 @@ def test_build_corpus_keeps_valid_pairs_only(sim_panels, root):
     assert set(df["family"]) <= train
     assert (df["answer"] == "<alpha>" + df["formula"] + "</alpha>").all()
     assert df["cpcv"].notna().all() and {"brief", "canonical", "channel_cpcv"} <= set(df.columns)
+
+
+def test_filter_keeps_partly_solved_briefs_or_the_closest_to_break_even():
+    import pandas as pd
+
+    from alphagym.policy.stage import select_briefs
+
+    t = pd.DataFrame({"solved": [0, 3, 8, 1, 0, 0], "best_cpcv": [-0.9, 0.4, 1.2, 0.1, -0.05, np.nan]})
+    mask, rule = select_briefs(t, 8, 2)
+    assert list(mask) == [False, True, False, True, False, False] and "some but not all" in rule
+    # Environment B: too few qualify, so the 3 whose best CPCV is nearest 0 (no valid answer: last)
+    mask, rule = select_briefs(t, 8, 3)
+    assert list(mask) == [False, True, False, True, True, False] and "closest to break-even" in rule

@@ -96,6 +96,18 @@ def sft(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun
     return {"pairs": len(pairs), **{f"after_{k}": v for k, v in report["after"].items()}}
 
 
+def select_briefs(table: pd.DataFrame, samples: int, min_kept: int) -> tuple[pd.Series, str]:
+    """Which briefs to keep (a boolean mask over `table`'s rows: columns `solved`, `best_cpcv`) and why:
+    those solved in some but not all of `samples` tries; when fewer than `min_kept` are, the `min_kept`
+    whose best valid answer's CPCV is closest to 0 (briefs without a valid answer last)."""
+    partial = (table["solved"] > 0) & (table["solved"] < samples)
+    if partial.sum() >= min_kept:
+        return partial, "solved in some but not all tries"
+    dist = table["best_cpcv"].abs().fillna(np.inf)
+    keep = dist.sort_values(kind="stable").index[:min_kept]
+    return table.index.isin(keep), f"fewer than {min_kept} solved sometimes: the {min_kept} closest to break-even"
+
+
 def filter_briefs(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:
     """Sample `filter.samples` answers per training brief; a brief is solved by a valid answer with train
     CPCV > 0. Keep the briefs solved sometimes but not always; when fewer than `filter.min_kept` qualify,
@@ -119,13 +131,7 @@ def filter_briefs(params: Any, deps: dict[str, Path], outs: dict[str, Path], run
                      "compliant": int(sum(c.metrics.get("compliant", 0.0) for c in cards))})
     table = pd.DataFrame(rows)
     n = int(cfg["samples"])
-    partial = (table["solved"] > 0) & (table["solved"] < n)
-    rule = "solved in some but not all tries"
-    if partial.sum() < int(cfg["min_kept"]):
-        dist = table["best_cpcv"].abs().fillna(np.inf)
-        keep_ids = set(table.loc[dist.sort_values(kind="stable").index[: int(cfg["min_kept"])], "id"])
-        partial = table["id"].isin(keep_ids)
-        rule = f"fewer than {cfg['min_kept']} solved sometimes: the {cfg['min_kept']} closest to break-even"
+    partial, rule = select_briefs(table, n, int(cfg["min_kept"]))
     kept = [b for b, k in zip(briefs, partial) if k]
     from alphagym.briefs.generate import write_briefs
 
