@@ -473,7 +473,6 @@ class Briefs(Section):
 
 # --- policy, SFT and prompt filtering -------------------------------------------------------------------------
 
-PosIntField = Annotated[int, Field(ge=1)]
 AdapterKind = Literal["none", "lora", "dora"]
 
 
@@ -513,7 +512,7 @@ class HfPolicy(PretrainedPolicy):
 
 class Policy(Section):
     max_new_tokens: Annotated[int, Field(ge=8, le=1024)] = Field(description="answer cap in tokens")
-    micro_batch: PosIntField = Field(description="sequences per forward pass")
+    micro_batch: PosInt = Field(description="sequences per forward pass")
     threads: Annotated[int, Field(ge=1, le=256)] = Field(description="torch threads")
     adapter: Adapter
     tiny: TinyPolicy
@@ -523,12 +522,12 @@ class Policy(Section):
 
 class SftRun(Section):
     epochs: Annotated[int, Field(ge=1, le=1000)] = Field(description="passes over the corpus")
-    batch_size: PosIntField = Field(description="pairs per optimizer step")
+    batch_size: PosInt = Field(description="pairs per optimizer step")
     lr: Annotated[float, Field(gt=0, le=1)] = Field(description="peak AdamW learning rate")
     weight_decay: NonNeg = Field(description="AdamW weight decay")
     warmup_share: Annotated[float, Field(ge=0, lt=1)] = Field(description="linear warm-up share of the steps")
     max_grad_norm: Annotated[float, Field(gt=0)] = Field(description="gradient clipping")
-    eval_every: PosIntField = Field(description="steps between held-out loss evaluations")
+    eval_every: PosInt = Field(description="steps between held-out loss evaluations")
     eval_share: Annotated[float, Field(gt=0, lt=0.5)] = Field(description="pairs held out for the eval loss")
     max_pairs: Annotated[int, Field(ge=0)] = Field(description="train on at most this many pairs (0: all)")
 
@@ -539,7 +538,7 @@ class Corpus(Section):
 
 
 class SftEval(Section):
-    samples: PosIntField = Field(description="answers per holdout brief")
+    samples: PosInt = Field(description="answers per holdout brief")
     temperature: Annotated[float, Field(ge=0, le=5)] = Field(description="sampling temperature (0: greedy)")
 
 
