@@ -558,6 +558,132 @@ class Filter(Section):
         description="when fewer briefs are solved sometimes, keep this many closest to break-even")
 
 
+# --- RL trainer -------------------------------------------------------------------------------------------
+
+class Repo(Section):
+    enabled: bool = Field(description="REPO-R: scale each token's advantage by its surprisal (see rl/losses.py)")
+    zeta_init: Annotated[float, Field(ge=0, le=1)] = Field(description="zeta during the warm-up updates")
+    zeta_floor: Annotated[float, Field(gt=0, le=1)] = Field(
+        description="a halving below this sets zeta to 0; a doubling from 0 restarts here")
+    zeta_max: Annotated[float, Field(ge=0, le=1)] = Field(description="zeta stays within [0, zeta_max]")
+    warmup: Annotated[int, Field(ge=1, le=1000)] = Field(
+        description="updates whose mean entropy is the thermostat's target (5: 'w5')")
+
+
+class Adapo(Section):
+    enabled: bool = Field(description="ADAPO: entropy feedback moves DAPO's upper clip")
+    step: Annotated[float, Field(gt=0, le=1)] = Field(description="change of the upper clip per update")
+    low: Annotated[float, Field(ge=0, le=10)] = Field(description="lowest upper clip")
+    high: Annotated[float, Field(ge=0, le=10)] = Field(description="highest upper clip")
+    warmup: Annotated[int, Field(ge=1, le=1000)] = Field(description="updates whose mean entropy is the target")
+
+
+class Refill(Section):
+    enabled: bool = Field(description="DAPO dynamic sampling: replace groups whose combined reward is constant")
+    max_rounds: Annotated[int, Field(ge=1, le=10)] = Field(description="refill rounds per step at most")
+
+
+class RlRecipe(Section):
+    """The trainer's one config object (the role of TRL's GRPOConfig): every knob of a rung. A rung's `set`
+    overrides these keys; `rl.recipe` holds the defaults. TRL's names are given where the concept exists."""
+
+    steps: Annotated[int, Field(ge=1, le=1_000_000)] = Field(description="RL steps (TRL: max_steps)")
+    briefs_per_step: Annotated[int, Field(ge=1, le=1024)] = Field(description="groups (briefs) per step")
+    answers_per_brief: Annotated[int, Field(ge=2, le=1024)] = Field(
+        description="answers per brief (TRL: num_generations)")
+    temperature: Annotated[float, Field(gt=0, le=5)] = Field(description="sampling temperature")
+    max_new_tokens: Annotated[int, Field(ge=8, le=1024)] = Field(
+        description="answer cap (TRL: max_completion_length)")
+    micro_batch: PosInt = Field(description="sequences per forward pass when sampling and updating")
+    briefs: Literal["filtered", "all"] = Field(description="the filter stage's kept briefs, or all training briefs")
+    adapter: Literal["lora", "dora"] = Field(description="adapter on the SFT policy (its base is the reference)")
+    loss: Literal["grpo", "dapo", "cispo"] = Field(description="policy loss (TRL: loss_type)")
+    epsilon: Annotated[float, Field(gt=0, lt=1)] = Field(description="lower clip (TRL: epsilon); GRPO's both sides")
+    epsilon_high: Annotated[float, Field(gt=0, le=10)] = Field(description="DAPO's upper clip (TRL: epsilon_high)")
+    cispo_max: Annotated[float, Field(gt=0, le=100)] = Field(description="CISPO's importance-weight cap")
+    beta: NonNeg = Field(description="KL coefficient to the reference, k3 estimator (TRL: beta)")
+    token_selection: Literal["all", "top_entropy"] = Field(
+        description="loss on every answer token, or only on the highest-entropy share of the batch")
+    top_entropy_share: Annotated[float, Field(gt=0, le=1)] = Field(description="share kept by top_entropy")
+    advantage_floor: float | Literal["off"] = Field(
+        description="answers whose core score (train CPCV) is at or below this get no positive advantage; "
+                    "'off' puts the floor at minus infinity")
+    updates_per_batch: Annotated[int, Field(ge=1, le=16)] = Field(
+        description="optimizer passes over each rollout batch (TRL: num_iterations)")
+    lr: Annotated[float, Field(gt=0, le=1)] = Field(description="AdamW learning rate (constant)")
+    weight_decay: NonNeg = Field(description="AdamW weight decay")
+    max_grad_norm: Annotated[float, Field(gt=0)] = Field(description="gradient clipping")
+    repo: Repo
+    adapo: Adapo
+    refill: Refill
+    checkpoint_every: PosInt = Field(description="steps between checkpoints (and probes)")
+    torch_threads: Annotated[int, Field(ge=1, le=256)] = Field(description="torch threads (sampling, updates)")
+    numba_threads: Annotated[int, Field(ge=1, le=256)] = Field(description="numba threads (scoring)")
+    score_cache: NonNegInt = Field(
+        description="answers whose archive-independent score is kept between steps (0: none)")
+
+    @model_validator(mode="after")
+    def _ranges(self) -> RlRecipe:
+        if self.repo.zeta_floor > self.repo.zeta_max:
+            raise ValueError(f"repo.zeta_floor {self.repo.zeta_floor} is above repo.zeta_max {self.repo.zeta_max}")
+        if self.adapo.low > self.adapo.high:
+            raise ValueError(f"adapo.low {self.adapo.low} is above adapo.high {self.adapo.high}")
+        return self
+
+
+class Rung(Section):
+    parent: str = Field(min_length=1, description="the rung this one changes ('sft': the untrained SFT policy)")
+    change: str = Field(min_length=1, description="its one change, in words (the ladder table shows it)")
+    seeds: Annotated[int, Field(ge=1, le=100)] = Field(description="training seeds of this rung")
+    set: dict[str, Any] = Field(description="recipe keys (dotted) that differ from rl.recipe")
+
+
+class Rl(Section):
+    policy: Literal["tiny", "smollm2", "hf"] = Field(description="the SFT policy every rung starts from")
+    recipe: RlRecipe
+    rungs: dict[str, Rung] = Field(min_length=1, description="the ladder: name -> rung")
+
+    @model_validator(mode="after")
+    def _ladder(self) -> Rl:
+        for name, rung in self.rungs.items():
+            if not name.replace("_", "").replace("-", "").isalnum():
+                raise ValueError(f"rung name {name!r}: letters, digits, '_' and '-' only (it names folders)")
+            if rung.parent != "sft" and rung.parent not in self.rungs:
+                raise ValueError(f"rung {name!r} names parent {rung.parent!r}, which is neither 'sft' nor a rung "
+                                 f"(rungs: {sorted(self.rungs)})")
+            seen, p = {name}, rung.parent
+            while p != "sft":
+                if p in seen:
+                    raise ValueError(f"rung {name!r}: its parents form a cycle through {p!r}")
+                seen.add(p)
+                p = self.rungs[p].parent
+            try:
+                self.recipe_of(name)
+            except (ValueError, KeyError) as exc:
+                raise ValueError(f"rung {name!r}: its recipe does not validate: {exc}") from None
+        return self
+
+    def recipe_of(self, rung: str) -> RlRecipe:
+        if rung not in self.rungs:
+            raise KeyError(f"no rung {rung!r} in rl.rungs (rungs: {sorted(self.rungs)})")
+        return apply_rung(self.recipe, self.rungs[rung], rung)
+
+
+def apply_rung(recipe: RlRecipe, rung: Rung, name: str) -> RlRecipe:
+    """`rl.recipe` with the rung's `set` applied (dotted keys; a key the recipe lacks is an error)."""
+    raw = recipe.model_dump()
+    for key, value in rung.set.items():
+        node, parts = raw, key.split(".")
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                raise KeyError(f"rl.rungs.{name}.set: unknown recipe key {key!r}")
+            node = node[part]
+        if parts[-1] not in node:
+            raise KeyError(f"rl.rungs.{name}.set: unknown recipe key {key!r}")
+        node[parts[-1]] = value
+    return RlRecipe.model_validate(raw)
+
+
 class Params(Section):
     """Everything in params.yaml after the profile merge and the `--set` overrides."""
 
@@ -575,4 +701,5 @@ class Params(Section):
     policy: Policy
     sft: Sft
     filter: Filter
+    rl: Rl
     tracking: Tracking

@@ -53,6 +53,9 @@ class Stage:
     metrics: tuple[str, ...] = ()        # roles of small JSON outputs: DVC metrics, kept in git, not cached
     directories: tuple[str, ...] = ()    # roles of outputs that are folders
     threads: int = 1                     # cores the stage uses (Snakemake schedules by it)
+    work: dict[str, str] | None = None   # role -> folder kept between runs for resumable state (checkpoints of a
+                                         # killed run): not an output, never removed by run_stage; the stage
+                                         # checks what it finds there and discards what does not match
     family: Family | None = None
     item: str | None = None              # the item of an expanded family member
     profile_arg: str = ""                # " --set profile=NAME" when a profile is selected
@@ -77,8 +80,9 @@ class Stage:
         return {role: Path(p) for role, p in {"deps": self.deps, "outs": self.outs}[which].items()}
 
 
-def table_rows(r: str = "results", profile_arg: str = "") -> list[Stage]:
-    """The rows, with result paths under `r` (families unexpanded)."""
+def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny") -> list[Stage]:
+    """The rows, with result paths under `r` (families unexpanded); the RL rungs start from the SFT policy
+    of backend `rl_policy` (`rl.policy`)."""
     data = ("src/alphagym/data", "src/alphagym/panel.py")
     engine = ("src/alphagym/engine", "src/alphagym/dsl", "src/alphagym/kernels.py", "src/alphagym/panel.py")
     policy = ("src/alphagym/policy", "src/alphagym/briefs", "src/alphagym/verifier", "src/alphagym/plotting.py",
@@ -137,6 +141,19 @@ def table_rows(r: str = "results", profile_arg: str = "") -> list[Stage]:
               policy,
               metrics=("report",), threads=2,
               help="keep the training briefs the SFT policy solves in some but not all tries"),
+        Stage("train", "alphagym.rl.stage:train",
+              {"train": f"{r}/panel/train.parquet", "archive": f"{r}/verifier/archive.npz",
+               "gates": f"{r}/world_model/gates.json", "worlds": f"{r}/world_model/worlds",
+               "briefs_train": f"{r}/briefs/train.jsonl", "briefs_filtered": f"{r}/filter/briefs.jsonl",
+               "policy": f"{r}/sft/{rl_policy}/policy"},
+              {"checkpoints": f"{r}/rl/{{item}}/checkpoints", "log": f"{r}/rl/{{item}}/log.jsonl",
+               "summary": f"{r}/rl/{{item}}/summary.json", "curves": f"{r}/rl/{{item}}/curves.png"},
+              ("seed", "dsl", "verifier", "briefs.horizon_tolerance", "policy", "rl.policy", "rl.recipe",
+               "rl.rungs.{item}"),
+              ("src/alphagym/rl", *policy, "src/alphagym/worldmodel"),
+              metrics=("summary",), directories=("checkpoints",), threads=2, family=Family("rl.rungs", "rung"),
+              work={"work": f"{r}/rl/{{item}}/work"},
+              help="train one rung of the RL ladder from the SFT policy (one stage per rung in rl.rungs)"),
     ]
     return [Stage(**{**s.__dict__, "profile_arg": profile_arg}) for s in rows]
 
@@ -150,14 +167,16 @@ def stage_rows(params: Mapping[str, Any], rows: list[Stage] | None = None) -> li
     """The table's rows as declared (families unexpanded, `{item}` still in their paths)."""
     profile = params.get("profile", "default")
     arg = "" if profile == "default" else f" --set profile={profile}"
-    return rows if rows is not None else table_rows(results_dir(params).as_posix(), arg)
+    rl_policy = str(get(params, "rl.policy")) if "rl" in params else "tiny"
+    return rows if rows is not None else table_rows(results_dir(params).as_posix(), arg, rl_policy)
 
 
 def expand(stage: Stage, item: str) -> Stage:
     sub = {k: v.replace("{item}", item) for k, v in stage.deps.items()}
     out = {k: v.replace("{item}", item) for k, v in stage.outs.items()}
+    work = {k: v.replace("{item}", item) for k, v in stage.work.items()} if stage.work else None
     keys = tuple(k.replace("{item}", item) for k in stage.params)
-    return Stage(**{**stage.__dict__, "deps": sub, "outs": out, "params": keys, "item": item})
+    return Stage(**{**stage.__dict__, "deps": sub, "outs": out, "params": keys, "item": item, "work": work})
 
 
 def stage_table(params: Mapping[str, Any], rows: list[Stage] | None = None) -> dict[str, Stage]:

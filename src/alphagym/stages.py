@@ -8,6 +8,8 @@ Outputs are all-or-nothing. The stage's previous outputs are removed before it s
 fails (or is killed) leaves none, and nothing downstream can run on stale files. The stage writes into a
 staging folder of its own (unique per run, inside the results folder), and its outputs are moved to the
 paths of the stage table only once the function has returned and every declared output exists.
+A stage with a `work` folder (RL rungs) keeps its resumable state there across runs; it is handed to the
+stage among its outputs, is not removed here, and the stage empties it once it has finished.
 """
 
 from __future__ import annotations
@@ -58,7 +60,10 @@ def run_stage(params: Mapping[str, Any], key: str, rows: list[Stage] | None = No
     try:
         with stage_run(key, params, logged) as run:
             item = {"item": stage.item} if stage.item is not None else {}     # a family member learns its item
-            summary = resolve(stage.func)(view, stage.paths("deps"), staged, run, **item)
+            work = {role: Path(p) for role, p in (stage.work or {}).items()}
+            for w in work.values():
+                w.mkdir(parents=True, exist_ok=True)
+            summary = resolve(stage.func)(view, stage.paths("deps"), {**staged, **work}, run, **item)
         missing = [role for role, p in staged.items()
                    if not p.exists() or (role in stage.directories and not any(p.iterdir()))]
         if missing:

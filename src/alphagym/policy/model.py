@@ -208,16 +208,29 @@ class Policy:
                        grad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """(log-probs, mask) of every answer token (and the closing end token), shape (batch, k): logits are
         computed for the last k positions only. `adapter=False` gives the base model's (the reference)."""
+        lp, _, mask = self.answer_forward(briefs, answers, adapter=adapter, grad=grad)
+        return lp, mask
+
+    def answer_forward(self, briefs: Sequence[str], answers: Sequence[str], adapter: bool = True,
+                       grad: bool = False, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None,
+                                                                              torch.Tensor]:
+        """(log-probs, entropies or None, mask) over the answer tokens, each (batch, k). The entropy of the
+        next-token distribution at each answer position is what the RL trainer's controllers and token
+        selection read; it comes from the same logits at no extra forward pass."""
         ids, att, ans_mask, k = self.encode_pairs(briefs, answers)
         pos = (att.cumsum(-1) - 1).clamp(min=0)
         ctx = nullcontext() if adapter or not self.has_adapter else self.model.disable_adapter()
         grad_ctx = nullcontext() if grad else torch.no_grad()
         with ctx, grad_ctx:
             logits = self.model(input_ids=ids, attention_mask=att, position_ids=pos, logits_to_keep=k + 1).logits
-        logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-        target = ids[:, -k:]
-        lp = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
-        return lp.masked_fill(~ans_mask, 0.0), ans_mask
+            logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+            target = ids[:, -k:]
+            lp = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1).masked_fill(~ans_mask, 0.0)
+            ent = None
+            if entropy:
+                with torch.no_grad():
+                    ent = -(logp.exp() * logp).sum(-1).masked_fill(~ans_mask, 0.0)
+        return lp, ent, ans_mask
 
     def logprobs(self, briefs: Sequence[str], answers: Sequence[str], adapter: bool = True) -> list[torch.Tensor]:
         """Per-token log-probabilities of each answer given its brief (a list of 1-D tensors)."""

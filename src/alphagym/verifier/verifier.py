@@ -8,8 +8,10 @@ results (each answer is scored independently; the group-level channels are compu
 
 from __future__ import annotations
 
+import copy
 import multiprocessing
 import time
+from collections import OrderedDict
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -100,6 +102,16 @@ class Verifier:
         self.stress = ({name: BookScorer(p, self.cfg) for name, p in stress_worlds.items()}
                        if stress_worlds and window == "train" else None)
         self.stress_worlds = stress_worlds or {}
+        self._cache: OrderedDict[tuple[str, bool], ScoreCard] = OrderedDict()
+        self.cache_size = 0
+        self.cache_hits = 0
+
+    def enable_cache(self, size: int) -> None:
+        """Keep the last `size` answers' score cards. Everything in a card but the novelty channels depends
+        only on the answer text and the panel, so a repeated answer skips evaluation and books; its novelty
+        channels are recomputed against the archive as it is now (so results equal an uncached score)."""
+        self.cache_size = int(size)
+        self._cache.clear()
 
     # --- single answer ---
     def book(self, signal: np.ndarray, ranked: bool = False) -> Book:
@@ -114,6 +126,34 @@ class Verifier:
     def score_one(self, text: str, answer: bool = False) -> ScoreCard:
         """All per-answer channels; group-level ones (pbo, novelty_syntax's group term) default to a group
         of one. Use score_group for groups."""
+        if not self.cache_size:
+            return self._score_one(text, answer)
+        key = (text, answer)
+        hit = self._cache.get(key)
+        if hit is None:
+            card = self._score_one(text, answer)
+            self._cache[key] = copy.deepcopy(card)
+            if len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+            return card
+        self._cache.move_to_end(key)
+        self.cache_hits += 1
+        card = copy.deepcopy(hit)
+        if card.valid and self.window == "train":
+            self._novelty(card)
+        return card
+
+    def _novelty(self, card: ScoreCard) -> None:
+        """R8 and R9's per-answer part against the archive as it is now (the motif guard keeps them <= 0)."""
+        assert card.pnl is not None and card.canonical is not None
+        card.max_corr = self.archive.max_abs_corr(card.pnl)
+        pnl_value = ch.novelty_pnl(card.max_corr, self.cfg["novelty_pnl"])
+        syn_value = ch.novelty_syntax(card.max_corr, self.archive.seen(card.canonical), 0, self.cfg["novelty_syntax"])
+        card.channels["novelty_pnl"] = min(pnl_value, 0.0) if card.motif else pnl_value
+        card.channels["novelty_syntax"] = min(syn_value, 0.0) if card.motif else syn_value
+        card.metrics["novelty_max_corr"] = card.max_corr
+
+    def _score_one(self, text: str, answer: bool) -> ScoreCard:
         t0 = time.perf_counter()
         card = ScoreCard(text, None, None, True, None, None, _zero_channels(), {}, {}, {})
         reasoning = False
@@ -163,11 +203,7 @@ class Verifier:
         chans["min_turnover"] = ch.min_turnover(mean_turnover, self.cfg["min_turnover"])
         chans["ic"] = ch.ic_channel(ic, cpcv, self.cfg["ic"])
         if self.window == "train":
-            card.max_corr = self.archive.max_abs_corr(net)
-            chans["novelty_pnl"] = ch.novelty_pnl(card.max_corr, self.cfg["novelty_pnl"])
-            chans["novelty_syntax"] = ch.novelty_syntax(card.max_corr, self.archive.seen(card.canonical), 0,
-                                                        self.cfg["novelty_syntax"])
-            metrics["novelty_max_corr"] = card.max_corr
+            self._novelty(card)       # before the motif guard, which then zeroes any positive value
         else:
             card.skipped["novelty_pnl"] = card.skipped["novelty_syntax"] = "novelty is a train-window channel"
             turnover_pen = ch.turnover_penalty(mean_turnover, {"cap": self.cfg["holdout"]["turnover_cap"],

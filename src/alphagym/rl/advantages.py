@@ -1,0 +1,70 @@
+"""Group advantages: GDPO over the reward channels, then the validity projection and the advantage floor.
+
+Each function is a small pure function of arrays of one group (the answers to one brief), re-derived from
+its definition and tested on hand-computed groups (tests/test_rl_advantages.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+EPS = 1e-6          # in (x - mean) / (std + EPS): a near-constant channel cannot blow up
+
+
+def standardise(x: np.ndarray, eps: float = EPS) -> np.ndarray:
+    """(x - mean) / (std + eps) within the group (population std); a constant channel gives zeros."""
+    x = np.asarray(x, dtype=float)
+    std = float(x.std())
+    if std < 1e-12:
+        return np.zeros_like(x)
+    return (x - x.mean()) / (std + eps)
+
+
+def gdpo(channels: Mapping[str, Sequence[float]], priorities: Mapping[str, float], eps: float = EPS) -> np.ndarray:
+    """GDPO: A_i = sum_c priority_c * (x_ic - mean_c) / (std_c + eps), each channel standardised within the
+    group. Every channel's contribution then has unit scale whatever its numeric range, so a channel with
+    values in the thousands weighs what its priority says and no more.
+
+    Difference from TRL's `multi_objective_aggregation="normalize_then_sum"`: TRL sums the weighted channel
+    z-scores and then standardises the sum again over the whole batch; here the sum is used as is (no batch
+    re-normalisation), so the priorities keep their absolute meaning: a group where only CPCV varies gets
+    advantages of scale 3, one where only the format bonus varies gets scale 1."""
+    names = [c for c in channels if priorities.get(c, 0.0) != 0.0]
+    if not names:
+        n = len(next(iter(channels.values()))) if channels else 0
+        return np.zeros(n)
+    return np.sum([float(priorities[c]) * standardise(np.asarray(channels[c], float), eps) for c in names], axis=0)
+
+
+def project(adv: np.ndarray, eligible: np.ndarray) -> np.ndarray:
+    """No positive advantage for an ineligible answer, and the group still sums to zero.
+
+    Ineligible answers' advantages are clamped to <= 0; the positive mass removed (M) is handed back to the
+    eligible answers as one equal shift (M / n_eligible), which keeps their order. With no eligible answer
+    the only zero-sum vector with every entry <= 0 is all zeros, so the group carries no signal."""
+    adv = np.asarray(adv, float)
+    eligible = np.asarray(eligible, bool)
+    adv = adv - adv.mean()                      # a zero-sum input (GDPO's is, up to rounding)
+    out = adv.copy()
+    out[~eligible] = np.minimum(adv[~eligible], 0.0)
+    if not eligible.any():
+        return np.zeros_like(adv)
+    out[eligible] -= out.sum() / eligible.sum()
+    return out
+
+
+def floor_eligible(valid: np.ndarray, core: np.ndarray, floor: float | None) -> np.ndarray:
+    """Answers that may get a positive advantage: valid, and (with a floor) core score above the floor.
+    `floor=None` is "off": the floor is at minus infinity, not a clamp at zero."""
+    valid = np.asarray(valid, bool)
+    if floor is None:
+        return valid
+    return valid & (np.asarray(core, float) > float(floor))
+
+
+def group_advantages(channels: Mapping[str, Sequence[float]], priorities: Mapping[str, float], valid: np.ndarray,
+                     core: np.ndarray, floor: float | None) -> np.ndarray:
+    """GDPO, then the validity projection and the floor's (one projection: both only remove eligibility)."""
+    return project(gdpo(channels, priorities), floor_eligible(valid, core, floor))

@@ -1,0 +1,78 @@
+"""What the trainer scores answers with: an environment maps one group of answers to one brief to scored
+answers (validity, reward channels, core score, canonical form) and is told which answers were kept.
+
+`VerifierEnv` is the real one (the 12-channel verifier, brief compliance, the novelty archive). Tests use
+small scripted environments with the same two methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from alphagym.briefs.catalogue import Catalogue
+from alphagym.briefs.compliance import BriefChecker
+from alphagym.errors import PolicyError
+from alphagym.verifier.archive import NoveltyArchive
+from alphagym.verifier.verifier import ScoreCard, Verifier
+
+
+@dataclass
+class Scored:
+    valid: bool
+    channels: dict[str, float]
+    core: float                       # the score the advantage floor reads: the answer's train CPCV (R1)
+    canonical: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    card: ScoreCard | None = None     # the verifier's card, when there is one
+
+
+class Environment(Protocol):
+    priorities: Mapping[str, float]
+
+    def score(self, answers: Sequence[str], brief: Mapping[str, Any]) -> list[Scored]: ...
+
+    def commit(self, scored: Sequence[Scored]) -> None: ...
+
+    def save(self, folder: Path) -> None: ...
+
+    def load(self, folder: Path) -> None: ...
+
+
+class VerifierEnv:
+    """The train-window verifier as an environment. The core score is R1 (CPCV of the net P&L, or the
+    invalid answer's R1 score): the channel that says whether the book makes money after costs, which the
+    advantage floor compares against. `commit` adds the valid answers to the novelty archive, after the
+    whole step is scored (so every group of a step sees the same archive)."""
+
+    def __init__(self, verifier: Verifier, catalogue: Catalogue, tolerance: float, cache: int = 0) -> None:
+        self.verifier, self.catalogue, self.tolerance = verifier, catalogue, tolerance
+        cfg = verifier.cfg
+        self.priorities = dict(cfg["priorities"])
+        if cfg["compliance"]["reward"]:
+            self.priorities["compliance"] = float(cfg["compliance"]["priority"])
+        if cache:
+            verifier.enable_cache(cache)
+
+    def score(self, answers: Sequence[str], brief: Mapping[str, Any]) -> list[Scored]:
+        checker = BriefChecker(brief, self.catalogue, self.tolerance)
+        cards = self.verifier.score_group(list(answers), answer=True, brief=checker)
+        return [Scored(c.valid, dict(c.channels), float(c.channels["cpcv"]), c.canonical,
+                       {k: v for k, v in c.metrics.items() if isinstance(v, float)}, c) for c in cards]
+
+    def commit(self, scored: Sequence[Scored]) -> None:
+        for s in scored:
+            if s.valid and s.card is not None and s.card.pnl is not None and s.canonical:
+                self.verifier.archive.add(s.card.pnl, s.canonical, "rl")
+
+    def save(self, folder: Path) -> None:
+        """The novelty archive is training state: a resumed run must see the archive the killed one had."""
+        self.verifier.archive.save(folder / "archive.npz")
+
+    def load(self, folder: Path) -> None:
+        path = folder / "archive.npz"
+        if not path.is_file():
+            raise PolicyError(f"{folder} has no archive.npz: not a checkpoint of a verifier run")
+        self.verifier.archive = NoveltyArchive.load(path)

@@ -1,0 +1,105 @@
+"""The `train` stage: one rung of the ladder (`alphagym train --rung NAME`).
+
+Starts from the SFT policy of `rl.policy`, wraps the rung's adapter, and trains with the rung's recipe
+(`rl.recipe` with the rung's `set`) on the train-window verifier (R3 on when the world model kept worlds).
+Checkpoints go to the rung's work folder as they are written, so a killed run resumes from its last one
+(same recipe, seed and base model; anything else is discarded with a message, never silently reused). At
+the end the checkpoints move to the declared output folder.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numba
+import torch
+from tqdm.auto import tqdm
+
+from alphagym.briefs.catalogue import load_catalogue
+from alphagym.briefs.generate import read_briefs
+from alphagym.errors import PolicyError
+from alphagym.panel import Panel
+from alphagym.params import apply_rung
+from alphagym.policy.model import load_policy, wrap_adapter
+from alphagym.rl.env import VerifierEnv
+from alphagym.rl.plots import curves_figure
+from alphagym.rl.trainer import Trainer, latest_checkpoint
+from alphagym.tracking import StageRun
+from alphagym.verifier.archive import NoveltyArchive
+from alphagym.verifier.loading import load_kept_worlds
+from alphagym.verifier.verifier import Verifier
+
+
+def build_trainer(params: Any, deps: dict[str, Path], rung: str, work: Path | None,
+                  log: Any = lambda m, s: None) -> Trainer:
+    recipe = apply_rung(params["rl"]["recipe"], params["rl"]["rungs"][rung], rung).model_dump()
+    torch.set_num_threads(int(recipe["torch_threads"]))
+    numba.set_num_threads(min(int(recipe["numba_threads"]), numba.config.NUMBA_NUM_THREADS))
+    seed, cat = int(params["seed"]), load_catalogue()
+    policy = load_policy(deps["policy"], params["policy"])
+    if policy.has_adapter:
+        raise PolicyError(f"{deps['policy']} already carries an adapter; the RL rungs put their own on the SFT "
+                          "policy (train the SFT policy with policy.<backend>.adapter=none, or merge it first)")
+    torch.manual_seed(seed)
+    policy.model = wrap_adapter(policy.model, {**dict(params["policy"]["adapter"]), "kind": recipe["adapter"]})
+    policy.max_new_tokens, policy.micro_batch = int(recipe["max_new_tokens"]), int(recipe["micro_batch"])
+    worlds = (load_kept_worlds(deps["gates"], deps["worlds"])
+              if params["verifier"]["jepa_stress"]["enabled"] else {})
+    verifier = Verifier(Panel.read_parquet(deps["train"]), params, NoveltyArchive.load(deps["archive"]),
+                        stress_worlds=worlds)
+    env = VerifierEnv(verifier, cat, float(params["briefs"]["horizon_tolerance"]), cache=int(recipe["score_cache"]))
+    briefs = read_briefs(deps["briefs_filtered" if recipe["briefs"] == "filtered" else "briefs_train"], cat)
+    return Trainer(policy, env, briefs, recipe, seed, work, log)
+
+
+def train(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun, item: str) -> dict[str, Any]:
+    rung = params["rl"]["rungs"][item]
+    work = outs["work"]
+    log_path = work / "log.jsonl"
+    run.set_tag("rung", item)
+    run.set_tag("parent", rung["parent"])
+    run.set_tag("change", rung["change"])
+
+    def log(metrics: dict[str, float], step: int) -> None:
+        run.log_metrics(metrics, step=step)
+        with log_path.open("a") as f:
+            f.write(json.dumps({"step": step, **metrics}, sort_keys=True) + "\n")
+
+    trainer = build_trainer(params, deps, item, work, log)
+    last = latest_checkpoint(work)
+    resumed_from = None
+    if last is not None:
+        try:
+            trainer.load_checkpoint(last)
+            resumed_from = last.name
+            print(f"rung {item}: resuming from {last}")
+        except PolicyError as exc:
+            print(f"rung {item}: discarding the work folder {work}: {exc}")
+            shutil.rmtree(work)
+            work.mkdir(parents=True)
+    # the log holds exactly the steps of the state we start from
+    log_path.write_text("".join(json.dumps({k: v for k, v in h.items()}, sort_keys=True) + "\n"
+                                for h in trainer.history))
+    history = trainer.train(progress=lambda it: tqdm(it, desc=f"rl {item}", unit="step", mininterval=5))
+    shutil.copy(log_path, outs["log"])
+    outs["checkpoints"].rmdir()
+    shutil.copytree(work, outs["checkpoints"], ignore=shutil.ignore_patterns("log.jsonl", "*.tmp"))
+    curves_figure(history, item, outs["curves"])
+    first = [h["core_score/mean"] for h in history[:50]]
+    last50 = [h["core_score/mean"] for h in history[-50:]]
+    summary = {"rung": item, "parent": rung["parent"], "change": rung["change"], "steps": len(history),
+               "resumed_from": resumed_from,
+               "core_score_first50": sum(first) / len(first), "core_score_last50": sum(last50) / len(last50),
+               "reward_first50": sum(h["reward"] for h in history[:50]) / len(first),
+               "reward_last50": sum(h["reward"] for h in history[-50:]) / len(last50),
+               "frac_invalid_last50": sum(h["frac_invalid"] for h in history[-50:]) / len(last50),
+               "step_time_median": sorted(h["step_time"] for h in history)[len(history) // 2],
+               "checkpoints": sorted(p.name for p in outs["checkpoints"].glob("checkpoint-*"))}
+    outs["summary"].write_text(json.dumps(summary, indent=1))
+    run.log_artifact(outs["summary"])
+    run.log_artifact(outs["curves"])
+    shutil.rmtree(work)          # finished: nothing to resume
+    return {k: summary[k] for k in ("rung", "steps", "core_score_first50", "core_score_last50", "resumed_from")}
