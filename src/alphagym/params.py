@@ -597,6 +597,9 @@ class RlRecipe(Section):
     micro_batch: PosInt = Field(description="sequences per forward pass when sampling and updating")
     briefs: Literal["filtered", "all"] = Field(description="the filter stage's kept briefs, or all training briefs")
     adapter: Literal["lora", "dora"] = Field(description="adapter on the SFT policy (its base is the reference)")
+    advantage: Literal["gdpo", "combined"] = Field(
+        description="gdpo: standardise each channel within the group, weight by priority, sum; combined: "
+                    "standardise the priority-weighted sum (GRPO's single reward)")
     loss: Literal["grpo", "dapo", "cispo"] = Field(description="policy loss (TRL: loss_type)")
     epsilon: Annotated[float, Field(gt=0, lt=1)] = Field(description="lower clip (TRL: epsilon); GRPO's both sides")
     epsilon_high: Annotated[float, Field(gt=0, le=10)] = Field(description="DAPO's upper clip (TRL: epsilon_high)")

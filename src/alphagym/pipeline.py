@@ -150,7 +150,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
                "summary": f"{r}/rl/{{item}}/summary.json", "curves": f"{r}/rl/{{item}}/curves.png"},
               ("seed", "dsl", "verifier", "briefs.horizon_tolerance", "policy", "rl.policy", "rl.recipe",
                "rl.rungs.{item}"),
-              ("src/alphagym/rl", *policy, "src/alphagym/worldmodel"),
+              ("src/alphagym/rl", *policy),
               metrics=("summary",), directories=("checkpoints",), threads=2, family=Family("rl.rungs", "rung"),
               work={"work": f"{r}/rl/{{item}}/work"},
               help="train one rung of the RL ladder from the SFT policy (one stage per rung in rl.rungs)"),

@@ -38,6 +38,16 @@ def gdpo(channels: Mapping[str, Sequence[float]], priorities: Mapping[str, float
     return np.sum([float(priorities[c]) * standardise(np.asarray(channels[c], float), eps) for c in names], axis=0)
 
 
+def combined(channels: Mapping[str, Sequence[float]], priorities: Mapping[str, float], eps: float = EPS) -> np.ndarray:
+    """GRPO's advantage on one reward: R_i = sum_c priority_c * x_ic, then (R_i - mean) / (std + eps) within
+    the group. A channel with a large numeric range dominates R, which is what GDPO avoids."""
+    names = [c for c in channels if priorities.get(c, 0.0) != 0.0]
+    n = len(next(iter(channels.values()))) if channels else 0
+    reward = np.sum([float(priorities[c]) * np.asarray(channels[c], float) for c in names], axis=0) if names \
+        else np.zeros(n)
+    return standardise(reward, eps)
+
+
 def project(adv: np.ndarray, eligible: np.ndarray) -> np.ndarray:
     """No positive advantage for an ineligible answer, and the group still sums to zero.
 
@@ -65,6 +75,10 @@ def floor_eligible(valid: np.ndarray, core: np.ndarray, floor: float | None) -> 
 
 
 def group_advantages(channels: Mapping[str, Sequence[float]], priorities: Mapping[str, float], valid: np.ndarray,
-                     core: np.ndarray, floor: float | None) -> np.ndarray:
-    """GDPO, then the validity projection and the floor's (one projection: both only remove eligibility)."""
-    return project(gdpo(channels, priorities), floor_eligible(valid, core, floor))
+                     core: np.ndarray, floor: float | None, kind: str = "gdpo") -> np.ndarray:
+    """GDPO (or the combined reward's z-score), then the validity projection and the floor's in one
+    projection: the floor only narrows the answers eligible for a positive advantage."""
+    if kind not in ("gdpo", "combined"):
+        raise ValueError(f"unknown advantage {kind!r} (gdpo, combined)")
+    raw = gdpo(channels, priorities) if kind == "gdpo" else combined(channels, priorities)
+    return project(raw, floor_eligible(valid, core, floor))

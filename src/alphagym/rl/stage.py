@@ -41,8 +41,9 @@ def build_trainer(params: Any, deps: dict[str, Path], rung: str, work: Path | No
     seed, cat = int(params["seed"]), load_catalogue()
     policy = load_policy(deps["policy"], params["policy"])
     if policy.has_adapter:
-        raise PolicyError(f"{deps['policy']} already carries an adapter; the RL rungs put their own on the SFT "
-                          "policy (train the SFT policy with policy.<backend>.adapter=none, or merge it first)")
+        # an SFT adapter (SmolLM2, hf) is merged into the base: the merged SFT policy is the reference and
+        # the rung trains a fresh adapter on it
+        policy.model = policy.model.merge_and_unload()
     torch.manual_seed(seed)
     policy.model = wrap_adapter(policy.model, {**dict(params["policy"]["adapter"]), "kind": recipe["adapter"]})
     policy.max_new_tokens, policy.micro_batch = int(recipe["max_new_tokens"]), int(recipe["micro_batch"])

@@ -49,9 +49,14 @@ def step_seed(seed: int, step: int, stream: int) -> int:
     return int(np.random.SeedSequence([seed, step, stream]).generate_state(1)[0] & 0x7FFFFFFF)
 
 
+# recipe keys that do not change what a step computes: a run may resume under other values (train longer)
+RESUMABLE_KEYS = ("steps", "checkpoint_every", "score_cache")
+
+
 def config_hash(recipe: Mapping[str, Any], seed: int, base: str) -> str:
-    """What a checkpoint must match to be resumed: the recipe, the seed and the base model."""
-    text = json.dumps({"recipe": _plain(recipe), "seed": seed, "base": base}, sort_keys=True)
+    """What a checkpoint must match to be resumed: the recipe (but RESUMABLE_KEYS), the seed, the base model."""
+    kept = {k: v for k, v in _plain(recipe).items() if k not in RESUMABLE_KEYS}
+    text = json.dumps({"recipe": kept, "seed": seed, "base": base}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -139,7 +144,7 @@ class Trainer:
             names = list(g[0].channels)
             chans = {c: [s.channels[c] for s in g] for c in names}
             out.append(group_advantages(chans, self.env.priorities, np.array([s.valid for s in g]),
-                                        np.array([s.core for s in g]), self.floor))
+                                        np.array([s.core for s in g]), self.floor, str(self.cfg["advantage"])))
         return np.concatenate(out)
 
     # --- 4-5. the update ----------------------------------------------------------------------------------------

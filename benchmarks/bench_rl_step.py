@@ -1,0 +1,86 @@
+"""Seconds per RL step of a rung's recipe on this machine, split into generation, scoring, the reference pass
+and the update (all passes), with the thread budget of each library.
+
+Runs the trainer of `--rung` on the pipeline's own outputs (the SFT policy of `rl.policy`, the filtered
+briefs, the archive, the kept stress worlds: run `make run` first), `--warmup` steps untimed, then `--steps`
+timed steps; medians and p90s per part, never best-of, and the share of the step the four parts explain.
+`--set` takes params overrides (e.g. `--set rl.policy=smollm2`). Each thread budget runs in a fresh
+trainer (same seed, so the same briefs and answers up to the thread-dependent float rounding).
+Last lines: `rl_step_<part>_<median|p90>=<seconds>` for the first budget, and the projected rung hours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+from alphagym.config import load_params
+from alphagym.pipeline import stage_table
+from alphagym.rl.stage import build_trainer
+from common import ROOT
+
+PARTS = ("time/generation", "time/scoring", "time/reference", "time/update")
+
+
+def run(params, rung: str, warmup: int, steps: int) -> dict:
+    key = f"train@{rung}"
+    deps = stage_table(params)[key].paths("deps")
+    t0 = time.perf_counter()
+    trainer = build_trainer(params, deps, rung, None)
+    setup = time.perf_counter() - t0
+    rows = []
+    for s in range(warmup + steps):
+        m = trainer.train_step(s)
+        if s >= warmup:
+            rows.append(m)
+        print(f"  step {s}{' (warm-up)' if s < warmup else ''}: {m['step_time']:.2f} s "
+              + " ".join(f"{p.split('/')[1]}={m[p]:.2f}" for p in PARTS), flush=True)
+    out = {"setup_s": setup}
+    for k in ("step_time", *PARTS):
+        v = [r[k] for r in rows]
+        out[k] = (float(np.median(v)), float(np.percentile(v, 90)))
+    out["parts_share_of_step"] = float(np.median([sum(r[p] for p in PARTS) / r["step_time"] for r in rows]))
+    out["completions_mean_length"] = float(np.mean([r["completions/mean_length"] for r in rows]))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rung", default=None, help="rung of rl.rungs (default: the first)")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--budgets", default="2:2,2:1,1:1",
+                    help="torch:numba thread budgets to measure, comma-separated (first one is reported last)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = ap.parse_args()
+    base = load_params(ROOT / "params.yaml", args.set)
+    rung = args.rung or next(iter(base.rl.rungs))
+    recipe = base.rl.recipe_of(rung)
+    n = recipe.briefs_per_step * recipe.answers_per_brief
+    print(f"rung {rung} on {base.rl.policy}: {recipe.briefs_per_step} x {recipe.answers_per_brief} = {n} answers, "
+          f"max {recipe.max_new_tokens} new tokens, {recipe.updates_per_batch} update passes, "
+          f"loss {recipe.loss}, R3 {'on' if base.verifier.jepa_stress.enabled else 'off'}")
+    results = {}
+    for budget in args.budgets.split(","):
+        t, nb = budget.split(":")
+        params = load_params(ROOT / "params.yaml", [*args.set, f"rl.recipe.torch_threads={t}",
+                                                    f"rl.recipe.numba_threads={nb}"])
+        print(f"torch {t} threads, numba {nb}:")
+        results[budget] = run(params, rung, args.warmup, args.steps)
+    print(json.dumps(results, indent=1))
+    first = results[args.budgets.split(",")[0]]
+    for k in ("step_time", *PARTS):
+        name = k.replace("time/", "")
+        print(f"rl_step_{name}_median={first[k][0]:.3f}")
+        print(f"rl_step_{name}_p90={first[k][1]:.3f}")
+    hours = first["step_time"][0] * recipe.steps / 3600
+    print(f"projected_rung_hours={hours:.2f} ({recipe.steps} steps at the median)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""GDPO and the projections on hand-computed groups: zero-sum groups, invalid answers never positive,
+priorities scale channels, a channel's numeric range does not matter, and the advantage-floor trap."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from alphagym.rl.advantages import floor_eligible, gdpo, group_advantages, project, standardise
+
+
+def test_standardise_by_hand_and_constant_channel_is_zero():
+    z = standardise(np.array([1.0, 2.0, 3.0]))
+    # mean 2, population std sqrt(2/3) = 0.81650
+    np.testing.assert_allclose(z, [-1.224743, 0.0, 1.224743], atol=1e-5)
+    assert np.all(standardise(np.array([0.7, 0.7, 0.7])) == 0.0)
+
+
+def test_gdpo_sums_priority_weighted_zscores_and_is_zero_sum():
+    ch = {"cpcv": [1.0, 2.0, 3.0], "format": [0.0, 0.0, 0.05], "pbo": [0.0, 0.0, 0.0]}
+    pri = {"cpcv": 3.0, "format": 1.0, "pbo": 1.0}
+    a = gdpo(ch, pri)
+    f = np.array([-0.70710678, -0.70710678, 1.41421356])          # z-scores of [0, 0, 0.05]
+    np.testing.assert_allclose(a, 3.0 * np.array([-1.224743, 0.0, 1.224743]) + f, atol=1e-4)
+    assert abs(a.sum()) < 1e-9
+
+
+def test_priorities_scale_a_channel_and_its_range_does_not_matter():
+    base = {"cpcv": [0.1, -0.2, 0.3, 0.0], "turnover": [0.0, -1.0, 0.0, -0.5]}
+    pri = {"cpcv": 3.0, "turnover": 1.0}
+    a = gdpo(base, pri)
+    huge = {**base, "turnover": [1e6 * v for v in base["turnover"]]}
+    np.testing.assert_allclose(gdpo(huge, pri), a, rtol=1e-5)     # 1e6 x the range: same (up to eps)
+    doubled = gdpo(base, {"cpcv": 6.0, "turnover": 1.0})
+    np.testing.assert_allclose(doubled - a, 3.0 * standardise(np.array(base["cpcv"])), atol=1e-9)
+    assert np.all(gdpo(base, {"cpcv": 0.0, "turnover": 0.0}) == 0)
+
+
+def test_projection_invalid_never_positive_zero_sum_order_kept():
+    adv = np.array([1.5, 0.5, -0.5, 1.0, -2.5])
+    valid = np.array([False, True, True, True, False])
+    out = project(adv, valid)
+    # the invalid 1.5 is clamped to 0: M = 1.5 handed to the three valid answers (+0.5 each)
+    np.testing.assert_allclose(out, [0.0, 1.0, 0.0, 1.5, -2.5])
+    assert abs(out.sum()) < 1e-12 and np.all(out[~valid] <= 0)
+    assert list(np.argsort(out[valid])) == list(np.argsort(adv[valid]))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_projection_invariants_on_random_groups(seed):
+    rng = np.random.default_rng(seed)
+    adv = rng.normal(size=12)
+    adv -= adv.mean()
+    elig = rng.random(12) < 0.6
+    out = project(adv, elig)
+    assert abs(out.sum()) < 1e-9
+    assert np.all(out[~elig] <= 1e-12)
+    e = np.flatnonzero(elig)
+    assert np.all(np.diff(out[e][np.argsort(adv[e])]) >= -1e-12)
+
+
+def test_no_eligible_answer_means_no_signal():
+    assert np.all(project(np.array([1.0, -1.0, 0.0]), np.array([False, False, False])) == 0)
+
+
+def test_floor_trap_on_a_scripted_environment():
+    """Environment B in miniature: every core score below 0. With the floor at 0 no answer may be positive,
+    so every group is all zeros (0% non-zero advantages); with the floor off nearly all answers carry
+    signal. 'Off' is minus infinity, not another clamp at zero."""
+    rng = np.random.default_rng(3)
+    shares = {}
+    for floor in (0.0, None):
+        nonzero = []
+        for _ in range(50):
+            core = rng.normal(-1.5, 0.4, size=12)
+            ch = {"cpcv": core, "turnover": rng.normal(-0.3, 0.2, size=12), "pbo": rng.uniform(-0.5, 0, size=12)}
+            valid = np.ones(12, bool)
+            a = group_advantages(ch, {"cpcv": 3.0, "turnover": 1.0, "pbo": 1.0}, valid, core, floor)
+            nonzero.append(np.mean(np.abs(a) > 1e-9))
+        shares[floor] = float(np.mean(nonzero))
+    assert shares[0.0] == 0.0
+    assert shares[None] > 0.95
+    assert np.array_equal(floor_eligible(np.array([True, False]), np.array([-5.0, 1.0]), None), [True, False])
+
+
+def test_combined_reward_lets_a_wide_channel_dominate_gdpo_does_not():
+    ch = {"cpcv": [1.0, 0.0, 0.5, 0.2], "turnover": [0.0, -100.0, 0.0, -50.0]}
+    pri = {"cpcv": 3.0, "turnover": 1.0}
+    c = group_advantages(ch, pri, np.ones(4, bool), np.zeros(4), None, "combined")
+    np.testing.assert_allclose(c, standardise(np.array([3.0, -100.0, 1.5, -49.4])))
+    g = group_advantages(ch, pri, np.ones(4, bool), np.zeros(4), None, "gdpo")
+    assert np.argmax(g) == 0 and np.argmax(c) in (0, 2)
+    with pytest.raises(ValueError, match="unknown advantage"):
+        group_advantages(ch, pri, np.ones(4, bool), np.zeros(4), None, "ppo")

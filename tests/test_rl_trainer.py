@@ -1,0 +1,200 @@
+"""The trainer on the tiny policy: it learns a planted, easy reward ("use volume"); a killed run resumes
+from its checkpoint with the same continuation; KL is 0 at the reference; bad input gets clear errors."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from alphagym.config import load_params
+from alphagym.errors import ConfigError, PolicyError
+from alphagym.policy.model import Policy, build_policy, wrap_adapter
+from alphagym.policy.sft import train_sft
+from alphagym.rl.env import Scored
+from alphagym.rl.trainer import Trainer, latest_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = {"vocab_size": 400, "hidden_size": 32, "intermediate_size": 64, "layers": 2, "heads": 4, "kv_heads": 2,
+        "max_positions": 256, "adapter": "none"}
+ADAPTER = {"r": 8, "alpha": 16, "dropout": 0.05, "target_modules": ["q_proj", "v_proj", "up_proj", "down_proj"]}
+BRIEFS = [{"id": f"b{i}", "text": t} for i, t in enumerate([
+    "Design an alpha on short-term reversal.", "Design an alpha on trading activity.",
+    "Design an alpha on volatility.", "Design an alpha on price trends."])]
+VOLUME = ["<alpha>rank(ts_std(volume, 21))</alpha>", "<alpha>rank(-ts_mean(volume, 5))</alpha>"]
+PRICE = ["<alpha>rank(-ts_delta(close, 5))</alpha>", "<alpha>rank(ts_mean(close, 10))</alpha>",
+         "<alpha>rank(ts_std(returns, 20))</alpha>", "<alpha>rank(high - low)</alpha>"]
+
+
+class VolumeEnv:
+    """A planted reward: +1 for an answer that uses volume; answers without the closing tag are invalid."""
+
+    priorities: Mapping[str, float] = {"volume": 1.0, "format": 0.5}
+
+    def score(self, answers: Sequence[str], brief: Mapping[str, Any]) -> list[Scored]:
+        out = []
+        for a in answers:
+            valid = a.strip().startswith("<alpha>") and a.strip().endswith("</alpha>")
+            vol = float(valid and "volume" in a)
+            out.append(Scored(valid, {"volume": vol, "format": float(valid)}, vol, a.strip() if valid else None))
+        return out
+
+    def commit(self, scored: Sequence[Scored]) -> None:
+        pass
+
+    def save(self, folder: Path) -> None:
+        (folder / "env.json").write_text("{}")
+
+    def load(self, folder: Path) -> None:
+        pass
+
+
+def _sft_policy(seed: int = 0) -> Policy:
+    cfg = {"threads": 1, "max_new_tokens": 24, "micro_batch": 32, "adapter": ADAPTER, "tiny": TINY}
+    answers = VOLUME + PRICE * 2                       # one answer in five uses volume
+    pairs_b = [b["text"] for b in BRIEFS for _ in answers]
+    pairs_a = answers * len(BRIEFS)
+    pol = build_policy("tiny", cfg, pairs_b + pairs_a, seed=seed)
+    train_sft(pol, pairs_b * 4, pairs_a * 4, {"eval_share": 0.05, "batch_size": 32, "epochs": 25, "lr": 1e-2,
+                                             "weight_decay": 0.0, "warmup_share": 0.05, "max_grad_norm": 1.0,
+                                             "eval_every": 1000}, seed)
+    torch.manual_seed(seed)
+    pol.model = wrap_adapter(pol.model, {**ADAPTER, "kind": "lora"})
+    return pol
+
+
+@pytest.fixture(scope="module")
+def sft_state() -> Policy:
+    """The SFT'd tiny policy with a fresh LoRA adapter, built once; each test trains a deep copy."""
+    return _sft_policy()
+
+
+def _fresh(pol: Policy) -> Policy:
+    return copy.deepcopy(pol)
+
+
+def _recipe(**over: Any) -> dict:
+    r = load_params(ROOT / "params.yaml").rl.recipe.model_dump()
+    r.update({"briefs_per_step": 4, "answers_per_brief": 8, "max_new_tokens": 24, "micro_batch": 32, "lr": 3e-3,
+              "steps": 30, "checkpoint_every": 10, "advantage_floor": "off", "score_cache": 0})
+    r.update(over)
+    return r
+
+
+def test_learns_a_planted_reward(sft_state):
+    pol = _fresh(sft_state)
+    tr = Trainer(pol, VolumeEnv(), BRIEFS, _recipe(), seed=1)
+    hist = tr.train()
+    vol = np.array([h["rewards/volume/mean"] for h in hist])
+    first, last = vol[:5].mean(), vol[-5:].mean()
+    # measured: 0.20 -> 0.44 of answers use volume after 30 steps (one in five of the SFT pairs did)
+    assert last > first + 0.15, f"volume share {first:.2f} -> {last:.2f}: no learning"
+    assert np.mean([h["reward"] for h in hist[-5:]]) > np.mean([h["reward"] for h in hist[:5]])
+    assert hist[-1]["kl"] > 0
+    for key in ("reward", "reward_std", "frac_reward_zero_std", "frac_nonzero_advantage", "frac_invalid",
+                "core_score/mean", "kl", "entropy", "repo/zeta", "cispo_clip_ratio", "policy_loss", "grad_norm",
+                "learning_rate", "completions/mean_length", "distinct_canonical_forms", "step_time",
+                "time/generation", "time/scoring", "time/reference", "time/update", "rewards/volume/mean"):
+        assert key in hist[0], key
+    parts = sum(hist[-1][k] for k in ("time/generation", "time/scoring", "time/reference", "time/update"))
+    assert parts <= hist[-1]["step_time"] and parts > 0.9 * hist[-1]["step_time"]
+
+
+def test_kl_is_zero_at_the_reference(sft_state):
+    """A fresh adapter (B = 0) is the reference policy: the first pass's KL is 0 exactly."""
+    tr = Trainer(_fresh(sft_state), VolumeEnv(), BRIEFS, _recipe(steps=1, updates_per_batch=1), seed=2)
+    assert tr.train()[0]["kl"] == pytest.approx(0.0, abs=1e-7)
+
+
+def test_killed_run_resumes_with_the_same_continuation(sft_state, tmp_path):
+    rec = _recipe(steps=6, checkpoint_every=3)
+    straight = Trainer(_fresh(sft_state), VolumeEnv(), BRIEFS, rec, seed=4, work=tmp_path / "a")
+    full = straight.train()
+    weights = {k: v.clone() for k, v in straight.policy.model.state_dict().items() if "lora_" in k}
+
+    first = Trainer(_fresh(sft_state), VolumeEnv(), BRIEFS, {**rec, "steps": 3}, seed=4, work=tmp_path / "b")
+    first.train()                                      # "killed" after its step-3 checkpoint
+    ckpt = latest_checkpoint(tmp_path / "b")
+    assert ckpt is not None and ckpt.name == "checkpoint-000003"
+    resumed = Trainer(_fresh(sft_state), VolumeEnv(), BRIEFS, rec, seed=4, work=tmp_path / "b")
+    with pytest.raises(PolicyError, match="another recipe or seed"):
+        Trainer(_fresh(sft_state), VolumeEnv(), BRIEFS, rec, seed=5).load_checkpoint(ckpt)
+    resumed.load_checkpoint(ckpt)
+    again = resumed.train()
+    drop = ("step_time", "time/generation", "time/scoring", "time/reference", "time/update")
+    assert [{k: v for k, v in h.items() if k not in drop} for h in again] == \
+           [{k: v for k, v in h.items() if k not in drop} for h in full]
+    for k, v in resumed.policy.model.state_dict().items():
+        if "lora_" in k:
+            torch.testing.assert_close(v, weights[k], rtol=0, atol=0)
+
+
+def test_checkpoint_of_another_base_model_is_refused(sft_state, tmp_path):
+    tr = Trainer(_fresh(sft_state), VolumeEnv(), BRIEFS, _recipe(steps=1, checkpoint_every=1), seed=0,
+                 work=tmp_path)
+    tr.train()
+    ckpt = latest_checkpoint(tmp_path)
+    meta = json.loads((ckpt / "alphagym_policy.json").read_text())
+    (ckpt / "alphagym_policy.json").write_text(json.dumps({**meta, "base": "0123456789abcdef"}))
+    with pytest.raises(PolicyError, match="another base model"):
+        Trainer(_fresh(sft_state), VolumeEnv(), BRIEFS, _recipe(steps=1), seed=0).load_checkpoint(ckpt)
+    (ckpt / "trainer_state.pt").unlink()
+    with pytest.raises(PolicyError, match="not a complete RL checkpoint"):
+        tr.load_checkpoint(ckpt)
+
+
+def test_a_policy_without_adapter_is_refused():
+    cfg = {"threads": 1, "max_new_tokens": 24, "micro_batch": 8, "adapter": ADAPTER, "tiny": TINY}
+    pol = build_policy("tiny", cfg, [b["text"] for b in BRIEFS] + VOLUME, seed=0)
+    with pytest.raises(PolicyError, match="trains an adapter"):
+        Trainer(pol, VolumeEnv(), BRIEFS, _recipe(), seed=0)
+
+
+def test_bad_recipe_and_ladder_values_fail_at_load():
+    base = ROOT / "params.yaml"
+    with pytest.raises(ConfigError, match="rl.recipe.loss"):
+        load_params(base, ["rl.recipe.loss=ppo"])
+    with pytest.raises(ConfigError, match="names parent 'nowhere'"):
+        load_params(base, ["rl.rungs.cispo_repo.parent=nowhere"])
+    with pytest.raises(ConfigError, match="unknown recipe key 'lossy'"):
+        load_params(base, ["rl.rungs.cispo_repo.set={lossy: dapo}"])
+    with pytest.raises(ConfigError, match="rl.recipe.advantage_floor"):
+        load_params(base, ["rl.recipe.advantage_floor=none"])
+    p = load_params(base, ["rl.rungs.cispo_repo.set={loss: dapo, repo.enabled: false}"])
+    r = p.rl.recipe_of("cispo_repo")
+    assert r.loss == "dapo" and r.repo.enabled is False and r.lr == p.rl.recipe.lr
+
+
+def test_every_benchmark_trainer_is_expressible_as_config():
+    from alphagym.params import Rung, apply_rung
+    from alphagym.rl.bundles import BUNDLES
+
+    p = load_params(ROOT / "params.yaml")
+    recipes = {name: apply_rung(p.rl.recipe, Rung(parent="sft", change=name, seeds=1, set=s), name)
+               for name, s in BUNDLES.items()}
+    assert len({json.dumps(r.model_dump(), sort_keys=True) for r in recipes.values()}) == len(BUNDLES)
+    assert recipes["dapo_refill"].refill.enabled and recipes["dapo_adapo"].adapo.enabled
+    assert recipes["cispo_repo_w5"].repo.enabled and recipes["cispo_repo_w5"].repo.warmup == 5
+    assert recipes["grpo"].advantage == "combined" and recipes["gdpo"].advantage == "gdpo"
+
+
+def test_refill_replaces_constant_groups_and_says_so(sft_state):
+    """A reward that is constant for every answer: each step refills every group, twice, and logs it."""
+
+    class Flat(VolumeEnv):
+        def score(self, answers, brief):
+            return [Scored(True, {"volume": 1.0, "format": 1.0}, 1.0, a) for a in answers]
+
+    tr = Trainer(_fresh(sft_state), Flat(), BRIEFS, _recipe(steps=1, **{"refill": {"enabled": True, "max_rounds": 2}}),
+                 seed=0)
+    m = tr.train()[0]
+    assert m["refill/rounds"] == 2 and m["refill/groups_replaced"] == 8
+    assert m["frac_reward_zero_std"] == 1.0 and m["frac_nonzero_advantage"] == 0.0
+    off = Trainer(_fresh(sft_state), Flat(), BRIEFS, _recipe(steps=1), seed=0).train()[0]
+    assert off["refill/rounds"] == 0
