@@ -277,6 +277,7 @@ def test_snakemake_run_reruns_on_params_and_code_and_agrees_with_dvc(root, tmp_p
                 if (work / out).is_dir() else [Path(out)]
             for f in files:
                 assert (clone / f).read_bytes() == (work / f).read_bytes(), f
+    _killed_rung_resumes(work)       # on the DAG just built: the rung's upstream outputs are there
 
 
 @pytest.mark.slow
@@ -319,3 +320,49 @@ def test_dvc_repro_push_pull_gives_identical_bytes(root, tmp_path):
             assert (clone / out).read_bytes() == (repo / out).read_bytes(), out
     status = run(str(BIN / "dvc"), "status", cwd=clone).stdout
     assert "up to date" in status.lower() or status.strip() == "", status
+
+
+def _killed_rung_resumes(work: Path) -> None:
+    """`alphagym train --rung` killed with SIGKILL after its first checkpoint: the rerun says it resumes
+    from that checkpoint, finishes, and its log equals an uninterrupted run's (timings aside); a work
+    folder from another recipe is discarded with a message, not reused."""
+    import signal
+    import time
+
+    base = [str(BIN / "alphagym"), "train", "--rung", "cispo_repo", "--set", "tracking.enabled=false",
+            "--set", "rl.recipe.steps=4", "--set", "rl.recipe.checkpoint_every=2"]
+    straight = subprocess.run(base, cwd=work, env=_env(), capture_output=True, text=True)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    logged = work / "results/rl/cispo_repo/log.jsonl"
+    drop = ("step_time", "time/generation", "time/scoring", "time/reference", "time/update")
+
+    def steps(path: Path) -> list[dict]:
+        return [{k: v for k, v in json.loads(line).items() if k not in drop} for line in path.read_text().splitlines()]
+
+    want = steps(logged)
+    assert [r["step"] for r in want] == [1, 2, 3, 4]
+    wdir = work / "results/rl/cispo_repo/work"
+    proc = subprocess.Popen(base, cwd=work, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (wdir / "checkpoint-000002").is_dir() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert (wdir / "checkpoint-000002").is_dir() and not (work / "results/rl/cispo_repo/summary.json").exists()
+    again = subprocess.run(base, cwd=work, env=_env(), capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resuming from" in again.stdout and "checkpoint-000002" in again.stdout
+    assert steps(logged) == want
+    assert json.loads((work / "results/rl/cispo_repo/summary.json").read_text())["resumed_from"] == "checkpoint-000002"
+    assert not wdir.exists()
+    # a leftover work folder of another recipe is discarded, loudly
+    proc = subprocess.Popen(base, cwd=work, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (wdir / "checkpoint-000002").is_dir() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    other = subprocess.run([*base, "--set", "rl.recipe.beta=0.1"], cwd=work, env=_env(), capture_output=True,
+                           text=True)
+    assert other.returncode == 0, other.stderr[-3000:]
+    assert "discarding the work folder" in other.stdout and "another recipe or seed" in other.stdout

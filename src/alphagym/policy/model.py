@@ -149,6 +149,11 @@ class Policy:
     micro_batch: int = 16
 
     @property
+    def device(self) -> torch.device:
+        """Where the model's weights are (a GPU for an NF4 checkpoint); inputs are moved there."""
+        return next(self.model.parameters()).device
+
+    @property
     def has_adapter(self) -> bool:
         return hasattr(self.model, "disable_adapter")
 
@@ -173,7 +178,7 @@ class Policy:
         gen = torch.Generator().manual_seed(int(seed))
         for i in range(0, len(prompts), self.micro_batch):
             chunk = prompts[i:i + self.micro_batch]
-            enc = self.tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
+            enc = self.tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
             torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
             ids = self.model.generate(
                 **enc, max_new_tokens=self.max_new_tokens, do_sample=temperature > 0,
@@ -217,7 +222,8 @@ class Policy:
         """(log-probs, entropies or None, mask) over the answer tokens, each (batch, k). The entropy of the
         next-token distribution at each answer position is what the RL trainer's controllers and token
         selection read; it comes from the same logits at no extra forward pass."""
-        ids, att, ans_mask, k = self.encode_pairs(briefs, answers)
+        ids, att, ans_mask, k = (t.to(self.device) if isinstance(t, torch.Tensor) else t
+                                 for t in self.encode_pairs(briefs, answers))
         pos = (att.cumsum(-1) - 1).clamp(min=0)
         ctx = nullcontext() if adapter or not self.has_adapter else self.model.disable_adapter()
         grad_ctx = nullcontext() if grad else torch.no_grad()

@@ -160,7 +160,7 @@ class Trainer:
         t0 = time.perf_counter()
         ref = [lp for lp, _, _ in self._forward(briefs, answers, adapter=False, grad=False, entropy=False)]
         t1 = time.perf_counter()
-        adv_t = torch.tensor(adv, dtype=torch.float32)
+        adv_t = torch.tensor(adv, dtype=torch.float32, device=self.policy.device)
         n_tokens = 0.0
         old: list[torch.Tensor] = []
         stats: dict[str, list[float]] = {}
