@@ -339,15 +339,18 @@ def _killed_rung_resumes(work: Path) -> None:
     def steps(path: Path) -> list[dict]:
         return [{k: v for k, v in json.loads(line).items() if k not in drop} for line in path.read_text().splitlines()]
 
+    def kill_after_first_checkpoint() -> None:
+        proc = subprocess.Popen(base, cwd=work, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 300
+        while not (wdir / "checkpoint-000002").is_dir() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
     want = steps(logged)
     assert [r["step"] for r in want] == [1, 2, 3, 4]
     wdir = work / "results/rl/cispo_repo/work"
-    proc = subprocess.Popen(base, cwd=work, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while not (wdir / "checkpoint-000002").is_dir() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_after_first_checkpoint()
     assert (wdir / "checkpoint-000002").is_dir() and not (work / "results/rl/cispo_repo/summary.json").exists()
     again = subprocess.run(base, cwd=work, env=_env(), capture_output=True, text=True)
     assert again.returncode == 0, again.stderr[-3000:]
@@ -356,12 +359,7 @@ def _killed_rung_resumes(work: Path) -> None:
     assert json.loads((work / "results/rl/cispo_repo/summary.json").read_text())["resumed_from"] == "checkpoint-000002"
     assert not wdir.exists()
     # a leftover work folder of another recipe is discarded, loudly
-    proc = subprocess.Popen(base, cwd=work, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while not (wdir / "checkpoint-000002").is_dir() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_after_first_checkpoint()
     other = subprocess.run([*base, "--set", "rl.recipe.beta=0.1"], cwd=work, env=_env(), capture_output=True,
                            text=True)
     assert other.returncode == 0, other.stderr[-3000:]
