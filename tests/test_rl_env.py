@@ -1,0 +1,54 @@
+"""The verifier environment the trainer scores with: cached score cards equal uncached ones after the
+archive changed, the core score is R1, and commit adds only valid answers to the archive."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from alphagym.briefs.catalogue import load_catalogue
+from alphagym.config import load_params
+from alphagym.rl.env import VerifierEnv
+from alphagym.verifier.verifier import Verifier
+
+ROOT = Path(__file__).resolve().parents[1]
+ANSWERS = ["<alpha>rank(ts_std(volume, 20) / ts_mean(volume, 20))</alpha>",
+           "<alpha>rank(-ts_delta(close, 5))</alpha>",
+           "<alpha>rank(ts_std(volume, 20) / ts_mean(volume, 20))</alpha>",
+           "<alpha>rank(close</alpha>",
+           "<alpha>-rank(ts_corr(close, volume, 10))</alpha>"]
+
+
+def test_cached_scores_equal_uncached_after_the_archive_changed(sim_panels, tmp_path):
+    params = load_params(ROOT / "params.yaml")
+    train = sim_panels[0]
+    cat = load_catalogue()
+    brief = next(iter(_briefs(params, cat)))
+    cached = VerifierEnv(Verifier(train, params), cat, 0.5, cache=100)
+    plain = VerifierEnv(Verifier(train, params), cat, 0.5)
+    for round_ in range(2):                       # the second round hits the cache; the archive has grown
+        a = cached.score(ANSWERS, brief)
+        b = plain.score(ANSWERS, brief)
+        for x, y in zip(a, b):
+            assert x.valid == y.valid and x.core == y.core and x.canonical == y.canonical
+            assert x.channels == y.channels, round_
+            assert x.core == x.channels["cpcv"]
+        n = len(cached.verifier.archive)
+        cached.commit(a)
+        plain.commit(b)
+        assert len(cached.verifier.archive) == n + sum(s.valid for s in a)
+    assert cached.verifier.cache_hits == 1 + len(ANSWERS)     # the repeated answer in round 1, then all
+    # the second round saw its own first-round answers in the archive: novelty fell
+    assert a[1].channels["novelty_pnl"] < 0.1
+    cached.save(tmp_path)
+    again = VerifierEnv(Verifier(train, params), cat, 0.5)
+    again.load(tmp_path)
+    assert len(again.verifier.archive) == len(cached.verifier.archive)
+    np.testing.assert_allclose(again.verifier.archive.rows, cached.verifier.archive.rows)
+
+
+def _briefs(params, cat):
+    from alphagym.briefs.generate import generate
+
+    return generate(cat, params["briefs"], int(params["seed"]))[0][:1]
