@@ -102,7 +102,7 @@ def params():
 
 
 def rows():
-    probe = Stage("probe", "alphagym.probe.stage:probe", {"checkpoints": "results/rl/{item}/checkpoints",
+    probe = Stage("probe", "alphagym.probe.stage:probe", {"checkpoints": "results/rl/tiny/{item}/checkpoints",
                   "holdout": "results/panel/holdout.parquet"}, {"table": "results/probe/{item}.json"},
                   ("rl.rungs.{item}",), (), family=Family("rl.rungs", "rung"))
     return table_rows() + [probe]
@@ -333,7 +333,7 @@ def _killed_rung_resumes(work: Path) -> None:
             "--set", "rl.recipe.steps=4", "--set", "rl.recipe.checkpoint_every=2"]
     straight = subprocess.run(base, cwd=work, env=_env(), capture_output=True, text=True)
     assert straight.returncode == 0, straight.stderr[-3000:]
-    logged = work / "results/rl/cispo_repo/log.jsonl"
+    logged = work / "results/rl/tiny/cispo_repo/log.jsonl"
     drop = ("step_time", "time/generation", "time/scoring", "time/reference", "time/update")
 
     def steps(path: Path) -> list[dict]:
@@ -349,14 +349,15 @@ def _killed_rung_resumes(work: Path) -> None:
 
     want = steps(logged)
     assert [r["step"] for r in want] == [1, 2, 3, 4]
-    wdir = work / "results/rl/cispo_repo/work"
+    wdir = work / "results/rl/tiny/cispo_repo/work"
     kill_after_first_checkpoint()
-    assert (wdir / "checkpoint-000002").is_dir() and not (work / "results/rl/cispo_repo/summary.json").exists()
+    assert (wdir / "checkpoint-000002").is_dir() and not (work / "results/rl/tiny/cispo_repo/summary.json").exists()
     again = subprocess.run(base, cwd=work, env=_env(), capture_output=True, text=True)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resuming from" in again.stdout and "checkpoint-000002" in again.stdout
     assert steps(logged) == want
-    assert json.loads((work / "results/rl/cispo_repo/summary.json").read_text())["resumed_from"] == "checkpoint-000002"
+    summary = json.loads((work / "results/rl/tiny/cispo_repo/summary.json").read_text())
+    assert summary["resumed_from"] == "checkpoint-000002"
     assert not wdir.exists()
     # a leftover work folder of another recipe is discarded, loudly
     kill_after_first_checkpoint()

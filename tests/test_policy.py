@@ -150,3 +150,33 @@ def test_smollm2_loads_generates_and_wraps_lora(tmp_path):
     meta = json.loads((tmp_path / "s" / "alphagym_policy.json").read_text())
     assert meta["backend"] == "smollm2" and meta["adapter"]
     assert not (tmp_path / "s" / "base").exists()       # the base comes from the wheel, not a copy
+
+
+@pytest.mark.parametrize("adapter", [True, False])
+def test_shared_prefix_forward_equals_the_full_forward(adapter):
+    """The system turn run once and its cache repeated over the batch: same log-probs, entropies and
+    gradients as running every full sequence (up to float rounding)."""
+    pol = _policy("lora")
+    with torch.no_grad():
+        for name, p in pol.model.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.05 * torch.randn_like(p))
+    assert pol.shared_prefix() and len(pol.shared_prefix()) > 5
+    briefs, answers = BRIEFS * 2, ANSWERS + ANSWERS[::-1]
+    out = {}
+    for share in (True, False):
+        pol.model.zero_grad(set_to_none=True)
+        lp, ent, mask = pol.answer_forward(briefs, answers, adapter=adapter, grad=adapter, entropy=True,
+                                           share_prefix=share)
+        grads = None
+        if adapter:
+            (lp * mask).sum().backward()
+            grads = {n: p.grad.clone() for n, p in pol.model.named_parameters() if p.grad is not None}
+        out[share] = (lp.detach(), ent, mask, grads)
+    torch.testing.assert_close(out[True][0], out[False][0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out[True][1], out[False][1], atol=1e-5, rtol=1e-5)
+    assert torch.equal(out[True][2], out[False][2])
+    if adapter:
+        assert out[True][3].keys() == out[False][3].keys() and out[True][3]
+        for n in out[True][3]:
+            torch.testing.assert_close(out[True][3][n], out[False][3][n], atol=1e-5, rtol=1e-4)

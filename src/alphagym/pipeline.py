@@ -87,6 +87,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
     engine = ("src/alphagym/engine", "src/alphagym/dsl", "src/alphagym/kernels.py", "src/alphagym/panel.py")
     policy = ("src/alphagym/policy", "src/alphagym/briefs", "src/alphagym/verifier", "src/alphagym/plotting.py",
               *engine)
+    rl = f"{r}/rl/{rl_policy}"           # rungs of each backend apart: the smollm2 profile keeps the tiny rungs
     rows = [
         Stage("download", "alphagym.data.stage:download", {},
               {"prices": f"{r}/raw/prices.parquet", "meta": f"{r}/raw/meta.json",
@@ -146,13 +147,13 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
                "gates": f"{r}/world_model/gates.json", "worlds": f"{r}/world_model/worlds",
                "briefs_train": f"{r}/briefs/train.jsonl", "briefs_filtered": f"{r}/filter/briefs.jsonl",
                "policy": f"{r}/sft/{rl_policy}/policy"},
-              {"checkpoints": f"{r}/rl/{{item}}/checkpoints", "log": f"{r}/rl/{{item}}/log.jsonl",
-               "summary": f"{r}/rl/{{item}}/summary.json", "curves": f"{r}/rl/{{item}}/curves.png"},
+              {"checkpoints": f"{rl}/{{item}}/checkpoints", "log": f"{rl}/{{item}}/log.jsonl",
+               "summary": f"{rl}/{{item}}/summary.json", "curves": f"{rl}/{{item}}/curves.png"},
               ("seed", "dsl", "verifier", "briefs.horizon_tolerance", "policy", "rl.policy", "rl.recipe",
                "rl.rungs.{item}"),
               ("src/alphagym/rl", *policy),
               metrics=("summary",), directories=("checkpoints",), threads=2, family=Family("rl.rungs", "rung"),
-              work={"work": f"{r}/rl/{{item}}/work"},
+              work={"work": f"{rl}/{{item}}/work"},
               help="train one rung of the RL ladder from the SFT policy (one stage per rung in rl.rungs)"),
     ]
     return [Stage(**{**s.__dict__, "profile_arg": profile_arg}) for s in rows]
