@@ -193,22 +193,9 @@ class Policy:
     def encode_pairs(self, briefs: Sequence[str], answers: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor,
                                                                                       torch.Tensor, int]:
         """Left-padded prompt+answer ids, attention mask, answer mask (over the last `k` positions), k."""
-        eos = self.tokenizer.eos_token_id
-        seqs, n_ans = [], []
-        for b, a in zip(briefs, answers, strict=True):
-            p = self.tokenizer(self.prompt(b), add_special_tokens=False)["input_ids"]
-            ans = self.tokenizer(a, add_special_tokens=False)["input_ids"][: self.max_new_tokens] + [eos]
-            seqs.append(p + ans)
-            n_ans.append(len(ans))
-        width, k = max(map(len, seqs)), max(n_ans)
-        ids = torch.full((len(seqs), width), self.tokenizer.pad_token_id, dtype=torch.long)
-        att = torch.zeros((len(seqs), width), dtype=torch.long)
-        ans_mask = torch.zeros((len(seqs), k), dtype=torch.bool)
-        for i, (s, m) in enumerate(zip(seqs, n_ans)):
-            ids[i, width - len(s):] = torch.tensor(s)
-            att[i, width - len(s):] = 1
-            ans_mask[i, k - m:] = True
-        return ids, att, ans_mask, k
+        enc = self.encode_suffixes(briefs, answers, [])
+        assert enc is not None          # every prompt starts with the empty prefix
+        return enc
 
     def token_logprobs(self, briefs: Sequence[str], answers: Sequence[str], adapter: bool = True,
                        grad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -231,8 +218,8 @@ class Policy:
 
     def encode_suffixes(self, briefs: Sequence[str], answers: Sequence[str], prefix: list[int]
                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int] | None:
-        """`encode_pairs` for the part of each sequence after the shared prefix (None if a prompt does not
-        start with exactly those ids)."""
+        """Left-padded ids, attention mask and answer mask (over the last `k` positions) of each sequence
+        after the shared prefix, and k (None if a prompt does not start with exactly those ids)."""
         eos, n = self.tokenizer.eos_token_id, len(prefix)
         seqs, n_ans = [], []
         for b, a in zip(briefs, answers, strict=True):
