@@ -198,3 +198,22 @@ def test_refill_replaces_constant_groups_and_says_so(sft_state):
     assert m["frac_reward_zero_std"] == 1.0 and m["frac_nonzero_advantage"] == 0.0
     off = Trainer(_fresh(sft_state), Flat(), BRIEFS, _recipe(steps=1), seed=0).train()[0]
     assert off["refill/rounds"] == 0
+
+
+def test_floor_trap_in_the_loop(sft_state):
+    """Every core score below 0 (Environment B in miniature): with the floor at 0 no answer carries signal
+    in any step; with the floor off nearly all do."""
+
+    class Losing(VolumeEnv):
+        def score(self, answers, brief):
+            out = super().score(answers, brief)
+            for s, a in zip(out, answers):
+                s.core = -2.0 + 0.1 * (len(a) % 7)            # varied, always below 0
+                s.channels["cpcv"] = s.core
+            return out
+
+    Losing.priorities = {"volume": 1.0, "format": 0.5, "cpcv": 3.0}
+    at_zero = Trainer(_fresh(sft_state), Losing(), BRIEFS, _recipe(steps=2, advantage_floor=0.0), seed=0).train()
+    off = Trainer(_fresh(sft_state), Losing(), BRIEFS, _recipe(steps=2, advantage_floor="off"), seed=0).train()
+    assert all(h["frac_nonzero_advantage"] == 0.0 for h in at_zero)
+    assert all(h["frac_nonzero_advantage"] > 0.9 for h in off)
