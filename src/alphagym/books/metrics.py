@@ -1,0 +1,96 @@
+"""Book metrics and the correlation-capped selector: small pure functions of daily return series.
+
+A book here is a set of answers whose daily net P&L series (each a dollar-neutral book at unit gross, after
+costs) are averaged with equal weights. Returns are simple daily returns; growth of $1 compounds them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+DAYS = 252
+
+
+def sharpe(r: np.ndarray) -> float:
+    """Annualised: mean / std (ddof 1) * sqrt(252); 0 for a flat or too-short series."""
+    r = np.asarray(r, float)
+    if len(r) < 2:
+        return 0.0
+    sd = float(r.std(ddof=1))
+    return float(r.mean() / sd * np.sqrt(DAYS)) if sd > 0 else 0.0
+
+
+def total_return(r: np.ndarray) -> float:
+    """Growth of $1 over the series, minus 1: prod(1 + r) - 1."""
+    return float(np.prod(1.0 + np.asarray(r, float)) - 1.0)
+
+
+def max_drawdown(r: np.ndarray) -> float:
+    """Largest fall of the growth of $1 from its running peak, as a positive share (0.25 = -25%)."""
+    growth = np.cumprod(1.0 + np.asarray(r, float))
+    peak = np.maximum.accumulate(np.concatenate([[1.0], growth]))[1:]
+    return float(np.max(1.0 - growth / peak)) if len(growth) else 0.0
+
+
+def beta_corr(r: np.ndarray, market: np.ndarray) -> tuple[float, float]:
+    """OLS beta of the book on the market (cov / var) and their correlation."""
+    r, m = np.asarray(r, float), np.asarray(market, float)
+    var = float(m.var())
+    if var == 0 or float(r.var()) == 0:
+        return 0.0, 0.0
+    cov = float(((r - r.mean()) * (m - m.mean())).mean())
+    return cov / var, cov / np.sqrt(var * float(r.var()))
+
+
+def effective_bets(pnls: np.ndarray) -> float:
+    """Effective number of independent bets among the answers (rows): the participation ratio of the
+    eigenvalues of their correlation matrix, (sum l)^2 / sum l^2. n uncorrelated answers give n, n copies
+    of one answer give 1."""
+    pnls = np.asarray(pnls, float)
+    if pnls.ndim != 2 or pnls.shape[0] == 0:
+        return 0.0
+    if pnls.shape[0] == 1:
+        return 1.0
+    lam = np.clip(np.linalg.eigvalsh(np.corrcoef(pnls)), 0.0, None)
+    return float(lam.sum() ** 2 / (lam ** 2).sum())
+
+
+def mean_pairwise_corr(pnls: np.ndarray) -> float:
+    pnls = np.asarray(pnls, float)
+    if pnls.ndim != 2 or pnls.shape[0] < 2:
+        return 0.0
+    c = np.corrcoef(pnls)
+    return float(c[np.triu_indices_from(c, k=1)].mean())
+
+
+def book_metrics(pnls: np.ndarray, market: np.ndarray, down_day: float = -0.015) -> dict[str, float]:
+    """The equal-weight book of the rows of `pnls` (answers x days) against the market's daily return."""
+    pnls = np.atleast_2d(np.asarray(pnls, float))
+    book = pnls.mean(axis=0)
+    beta, corr = beta_corr(book, market)
+    down = np.asarray(market) < down_day
+    return {"answers": float(pnls.shape[0]), "return": total_return(book), "sharpe": sharpe(book),
+            "max_drawdown": max_drawdown(book), "beta": beta, "market_corr": corr,
+            "market_return": total_return(market), "market_sharpe": sharpe(market),
+            "market_max_drawdown": max_drawdown(market), "down_days": float(down.sum()),
+            "book_mean_on_down_days": float(book[down].mean()) if down.any() else 0.0,
+            "market_mean_on_down_days": float(np.asarray(market)[down].mean()) if down.any() else 0.0,
+            "mean_pairwise_corr": mean_pairwise_corr(pnls), "effective_bets": effective_bets(pnls)}
+
+
+def capped_selection(train_cpcv: Sequence[float], turnover: Sequence[float], train_pnls: np.ndarray,
+                     min_turnover: float = 0.02, max_corr: float = 0.5) -> list[int]:
+    """Indices of the correlation-capped book, chosen on train-window numbers only: answers by train CPCV,
+    best first; skip turnover below `min_turnover`; skip an answer whose train P&L has |corr| >= `max_corr`
+    with any answer already chosen."""
+    order = np.argsort(-np.asarray(train_cpcv, float), kind="stable")
+    chosen: list[int] = []
+    for i in order:
+        if turnover[i] < min_turnover:
+            continue
+        if any(abs(float(np.corrcoef(train_pnls[i], train_pnls[j])[0, 1])) >= max_corr for j in chosen):
+            continue
+        chosen.append(int(i))
+    return chosen
