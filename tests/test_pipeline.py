@@ -97,8 +97,8 @@ from alphagym.pipeline import Family, Stage, table_rows
 
 
 def params():
-    return load_params("params.yaml", ["rl.rungs={base: {parent: sft, change: default, seeds: 1, set: {}}, "
-                                       "cispo: {parent: base, change: dapo, seeds: 1, set: {loss: dapo}}}"])
+    return load_params("params.yaml", ["rl.rungs={base: {parent: sft, change: default, set: {}}, "
+                                       "cispo: {parent: base, change: dapo, set: {loss: dapo}}}"])
 
 
 def rows():

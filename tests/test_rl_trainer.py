@@ -176,7 +176,7 @@ def test_every_benchmark_trainer_is_expressible_as_config():
     from alphagym.rl.bundles import BUNDLES
 
     p = load_params(ROOT / "params.yaml")
-    recipes = {name: apply_rung(p.rl.recipe, Rung(parent="sft", change=name, seeds=1, set=s), name)
+    recipes = {name: apply_rung(p.rl.recipe, Rung(parent="sft", change=name, set=s), name)
                for name, s in BUNDLES.items()}
     assert len({json.dumps(r.model_dump(), sort_keys=True) for r in recipes.values()}) == len(BUNDLES)
     assert recipes["dapo_refill"].refill.enabled and recipes["dapo_adapo"].adapo.enabled

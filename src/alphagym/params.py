@@ -637,7 +637,6 @@ class RlRecipe(Section):
 class Rung(Section):
     parent: str = Field(min_length=1, description="the rung this one changes ('sft': the untrained SFT policy)")
     change: str = Field(min_length=1, description="its one change, in words (the ladder table shows it)")
-    seeds: Annotated[int, Field(ge=1, le=100)] = Field(description="training seeds of this rung")
     set: dict[str, Any] = Field(description="recipe keys (dotted) that differ from rl.recipe")
 
 
