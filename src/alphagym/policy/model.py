@@ -260,7 +260,7 @@ class Policy:
         n = len(prefix)
         pre = torch.tensor([prefix], device=self.device)
         out = self.model(input_ids=pre, use_cache=True)
-        cache = getattr(out, "cache", None) or out.past_key_values
+        cache = out.cache
         cache.batch_repeat_interleave(ids.shape[0])
         full_att = torch.cat([torch.ones((ids.shape[0], n), dtype=att.dtype, device=self.device), att], dim=1)
         pos = n + (att.cumsum(-1) - 1).clamp(min=0)
