@@ -69,7 +69,9 @@ def _dvc_stages(workdir: Path) -> dict[str, dict]:
     with Repo(str(workdir)) as repo:
         return {st.name: {"deps": {d.def_path for d in st.deps if not isinstance(d, ParamsDependency)
                                          and not d.def_path.startswith("src/")},
-                                "outs": {o.def_path for o in st.outs}, "cmd": st.cmd}
+                                "outs": {o.def_path for o in st.outs}, "cmd": st.cmd,
+                                "params": sorted(k for d in st.deps if isinstance(d, ParamsDependency)
+                                                 for k in (d.params or []))}
                 for st in repo.index.stages}
 
 
@@ -93,19 +95,17 @@ def test_snakemake_and_dvc_describe_the_same_dag(root, tmp_path):
 
 FAMILY_ROWS = '''
 from alphagym.config import load_params
-from alphagym.pipeline import Family, Stage, table_rows
+from alphagym.pipeline import stage_rows
 
 
 def params():
-    return load_params("params.yaml", ["rl.rungs={base: {parent: sft, change: default, set: {}}, "
-                                       "cispo: {parent: base, change: dapo, set: {loss: dapo}}}"])
+    # two rungs, the second with three seed replicas
+    return load_params("params.yaml", ["rl.ladder=[cispo_all, cispo_repo]",
+                                       "rl.rungs.cispo_repo={parent: cispo_repo_all, change: f, set: {}, seeds: 3}"])
 
 
 def rows():
-    probe = Stage("probe", "alphagym.probe.stage:probe", {"checkpoints": "results/rl/tiny/{item}/checkpoints",
-                  "holdout": "results/panel/holdout.parquet"}, {"table": "results/probe/{item}.json"},
-                  ("rl.rungs.{item}",), (), family=Family("rl.rungs", "rung"))
-    return table_rows() + [probe]
+    return stage_rows(params())
 '''
 
 FAMILY_SNAKEFILE = '''
@@ -138,14 +138,20 @@ def test_a_stage_family_expands_alike_in_snakemake_and_dvc(root, tmp_path):
         sys.path.remove(str(work))
     text = dvc_yaml(family_rows.params(), family_rows.rows())
     rendered = yaml.safe_load(text)["stages"]
-    assert rendered["train"]["foreach"] == ["base", "cispo"]
-    assert rendered["train"]["do"]["cmd"] == "alphagym train --rung ${item}"
-    assert "rl.rungs.${item}" in rendered["train"]["do"]["params"]
+    members = ["cispo_all", "cispo_repo", "cispo_repo-s1", "cispo_repo-s2"]
+    # replicas: a dict foreach, the member names the paths and the item it replicates names the params
+    assert rendered["train"]["foreach"] == {m: {"of": m.split("-")[0]} for m in members}
+    assert rendered["train"]["do"]["cmd"] == "alphagym train --rung ${key}"
+    assert "rl.rungs.${item.of}" in rendered["train"]["do"]["params"]
     (work / "dvc.yaml").write_text(text)
     smk, dvc = _snakemake_jobs(work), _dvc_stages(work)
-    assert {"train@base", "train@cispo", "probe@base", "probe@cispo"} <= set(dvc)
+    assert {f"{s}@{m}" for s in ("train", "probe", "books") for m in members} <= set(dvc)
+    assert "rl.rungs.cispo_repo" in dvc["train@cispo_repo-s2"]["params"]
+    assert dvc["train@cispo_repo-s2"]["params"] == dvc["train@cispo_repo"]["params"]
     _same_dag(smk, dvc)
-    assert _holdout_readers(dvc) == {"probe@base", "probe@cispo"}
+    readers = _holdout_readers(dvc)
+    assert {r.split("@")[0] for r in readers} == {"probe", "books", "report"}
+    assert {f"probe@{m}" for m in members} <= readers
 
 
 def _holdout_readers(stages: dict[str, dict]) -> set[str]:

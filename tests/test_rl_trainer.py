@@ -166,9 +166,26 @@ def test_bad_recipe_and_ladder_values_fail_at_load():
         load_params(base, ["rl.rungs.cispo_repo.set={lossy: dapo}"])
     with pytest.raises(ConfigError, match="rl.recipe.advantage_floor"):
         load_params(base, ["rl.recipe.advantage_floor=none"])
+    with pytest.raises(ConfigError, match="ladder"):
+        load_params(base, ["rl.ladder=[cispo_repo, nowhere]"])
+    from pydantic import ValidationError
+
+    from alphagym.params import Rl
+
+    raw = load_params(base).rl.model_dump()
+    raw["rungs"]["x-s2"] = {"parent": "sft", "change": "c", "set": {}}
+    with pytest.raises(ValidationError, match="seed replica"):
+        Rl.model_validate(raw)
+    with pytest.raises(ConfigError, match="rl.seeds"):
+        load_params(base, ["rl.seeds=0"])
     p = load_params(base, ["rl.rungs.cispo_repo.set={loss: dapo, repo.enabled: false}"])
     r = p.rl.recipe_of("cispo_repo")
     assert r.loss == "dapo" and r.repo.enabled is False and r.lr == p.rl.recipe.lr
+    # the ladder's change of each rung against its parent, derived from the recipes
+    p = load_params(base)
+    assert p.rl.change_vs_parent("cispo_all") == {"loss": ("dapo", "cispo")}
+    assert p.rl.change_vs_parent("cispo_repo_dora") == {"adapter": ("lora", "dora")}
+    assert p.rl.change_vs_parent("dapo_repo_dora") == {"loss": ("cispo", "dapo")}
 
 
 def test_every_benchmark_trainer_is_expressible_as_config():

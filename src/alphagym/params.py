@@ -13,6 +13,7 @@ read from, so the code reads `params["verifier"]["cpcv"]` and `params.verifier.c
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, Literal
 
@@ -638,18 +639,25 @@ class Rung(Section):
     parent: str = Field(min_length=1, description="the rung this one changes ('sft': the untrained SFT policy)")
     change: str = Field(min_length=1, description="its one change, in words (the ladder table shows it)")
     set: dict[str, Any] = Field(description="recipe keys (dotted) that differ from rl.recipe")
+    seeds: Annotated[int, Field(ge=1, le=64)] | None = Field(
+        default=None, description="replicas of this rung with seeds seed, seed+1, ... (default rl.seeds)")
 
 
 class Rl(Section):
     policy: Literal["tiny", "smollm2", "hf"] = Field(description="the SFT policy every rung starts from")
     recipe: RlRecipe
-    rungs: dict[str, Rung] = Field(min_length=1, description="the ladder: name -> rung")
+    rungs: dict[str, Rung] = Field(min_length=1, description="every rung: name -> rung")
+    ladder: list[str] = Field(min_length=1, description="the rungs that run (a profile may run fewer)")
+    seeds: Annotated[int, Field(ge=1, le=64)] = Field(
+        description="replicas per rung (seed, seed+1, ...; results/.../<rung>-s<k>); a rung's `seeds` overrides")
 
     @model_validator(mode="after")
     def _ladder(self) -> Rl:
         for name, rung in self.rungs.items():
             if not name.replace("_", "").replace("-", "").isalnum():
                 raise ValueError(f"rung name {name!r}: letters, digits, '_' and '-' only (it names folders)")
+            if re.search(r"-s\d+$", name):
+                raise ValueError(f"rung name {name!r}: a name ending in -s<digits> is a seed replica's")
             if rung.parent != "sft" and rung.parent not in self.rungs:
                 raise ValueError(f"rung {name!r} names parent {rung.parent!r}, which is neither 'sft' nor a rung "
                                  f"(rungs: {sorted(self.rungs)})")
@@ -663,12 +671,34 @@ class Rl(Section):
                 self.recipe_of(name)
             except (ValueError, KeyError) as exc:
                 raise ValueError(f"rung {name!r}: its recipe does not validate: {exc}") from None
+        unknown = [n for n in self.ladder if n not in self.rungs]
+        if unknown or len(set(self.ladder)) != len(self.ladder):
+            raise ValueError(f"rl.ladder {self.ladder}: every entry must be a distinct rung of rl.rungs "
+                             f"(unknown: {unknown}; rungs: {sorted(self.rungs)})")
         return self
 
     def recipe_of(self, rung: str) -> RlRecipe:
         if rung not in self.rungs:
             raise KeyError(f"no rung {rung!r} in rl.rungs (rungs: {sorted(self.rungs)})")
         return apply_rung(self.recipe, self.rungs[rung], rung)
+
+    def change_vs_parent(self, rung: str) -> dict[str, tuple[Any, Any]]:
+        """Recipe keys whose value differs from the parent rung's (the SFT policy's parent: rl.recipe), as
+        dotted key -> (parent value, this rung's value): what the ladder table calls the rung's change."""
+        mine = _flat(self.recipe_of(rung).model_dump())
+        parent = self.rungs[rung].parent
+        theirs = _flat((self.recipe_of(parent) if parent != "sft" else self.recipe).model_dump())
+        return {k: (theirs[k], v) for k, v in mine.items() if theirs[k] != v}
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def apply_rung(recipe: RlRecipe, rung: Rung, name: str) -> RlRecipe:
@@ -684,6 +714,17 @@ def apply_rung(recipe: RlRecipe, rung: Rung, name: str) -> RlRecipe:
             raise KeyError(f"rl.rungs.{name}.set: unknown recipe key {key!r}")
         node[parts[-1]] = value
     return RlRecipe.model_validate(raw)
+
+
+class Books(Section):
+    """The books stage (docs/pipeline.md): the shipped checkpoint's answers as books on the holdout year."""
+
+    min_turnover: Annotated[float, Field(ge=0, le=1)] = Field(
+        description="capped book: skip answers trading less than this share of the book a day")
+    max_corr: Annotated[float, Field(gt=0, le=1)] = Field(
+        description="capped book: skip an answer whose train P&L has |corr| >= this with one already in")
+    down_day: Annotated[float, Field(lt=0, gt=-1)] = Field(
+        description="market down days: the market's daily return below this (e.g. -0.015)")
 
 
 class Params(Section):
@@ -704,4 +745,5 @@ class Params(Section):
     sft: Sft
     filter: Filter
     rl: Rl
+    books: Books
     tracking: Tracking

@@ -16,6 +16,7 @@ Each stage declares whether it may read the holdout; tests derive the holdout bo
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -40,6 +41,18 @@ class Family:
 
     key: str                 # dotted params key of the list of items (names) or of a mapping name -> block
     wildcard: str            # Snakemake wildcard name and CLI option, e.g. "rung" (-> `--rung NAME`)
+    replicas: str | None = None   # dotted key of a default replica count (seeds); an item's block's own
+                                  # `seeds` overrides it. Replica k > 0 of item NAME is the item `NAME-sK`.
+    blocks: str | None = None     # dotted key of the mapping name -> block when `key` is a list of names
+
+
+REPLICA = re.compile(r"^(.+)-s(\d+)$")
+
+
+def split_replica(item: str) -> tuple[str, int]:
+    """`NAME-sK` -> (NAME, K); any other item -> (item, 0). A replica reruns its item with seed + K."""
+    m = REPLICA.match(item)
+    return (m.group(1), int(m.group(2))) if m else (item, 0)
 
 
 @dataclass(frozen=True)
@@ -57,6 +70,8 @@ class Stage:
                                          # killed run): not an output, never removed by run_stage; the stage
                                          # checks what it finds there and discards what does not match
     family: Family | None = None
+    gather: Family | None = None         # a stage that reads every member of a family: `{item}` in its deps
+                                         # is expanded over the items, the role becoming `role@item`
     item: str | None = None              # the item of an expanded family member
     profile_arg: str = ""                # " --set profile=NAME" when a profile is selected
     help: str = ""                       # one line for `alphagym --help`
@@ -88,6 +103,8 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
     policy = ("src/alphagym/policy", "src/alphagym/briefs", "src/alphagym/verifier", "src/alphagym/plotting.py",
               *engine)
     rl = f"{r}/rl/{rl_policy}"           # rungs of each backend apart: the smollm2 profile keeps the tiny rungs
+    probe, books, rep = f"{r}/probe/{rl_policy}", f"{r}/books/{rl_policy}", f"{r}/report/{rl_policy}"
+    rungs = Family("rl.ladder", "rung", replicas="rl.seeds", blocks="rl.rungs")
     rows = [
         Stage("download", "alphagym.data.stage:download", {},
               {"prices": f"{r}/raw/prices.parquet", "meta": f"{r}/raw/meta.json",
@@ -152,16 +169,59 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
               ("seed", "dsl", "verifier", "briefs.horizon_tolerance", "policy", "rl.policy", "rl.recipe",
                "rl.rungs.{item}"),
               ("src/alphagym/rl", *policy),
-              metrics=("summary",), directories=("checkpoints",), threads=2, family=Family("rl.rungs", "rung"),
+              metrics=("summary",), directories=("checkpoints",), threads=2, family=rungs,
               work={"work": f"{rl}/{{item}}/work"},
-              help="train one rung of the RL ladder from the SFT policy (one stage per rung in rl.rungs)"),
+              help="train one rung of the RL ladder from the SFT policy (one stage per rung in rl.ladder)"),
+        Stage("probe", "alphagym.probe.stage:probe",
+              {"train": f"{r}/panel/train.parquet", "holdout": f"{r}/panel/holdout.parquet",
+               "briefs_holdout": f"{r}/briefs/holdout.jsonl", "policy": f"{r}/sft/{rl_policy}/policy",
+               "checkpoints": f"{rl}/{{item}}/checkpoints"},
+              {"answers": f"{probe}/{{item}}/answers.parquet", "table": f"{probe}/{{item}}/checkpoints.parquet",
+               "summary": f"{probe}/{{item}}/summary.json"},
+              ("seed", "dsl", "verifier", "briefs.horizon_tolerance", "policy", "rl.policy", "rl.recipe",
+               "rl.rungs.{item}"),
+              ("src/alphagym/probe", "src/alphagym/rl/checkpoints.py", "src/alphagym/books", *policy),
+              metrics=("summary",), threads=2, family=rungs,
+              help="answer the holdout briefs greedily at every checkpoint of a rung; select on train CPCV, "
+                   "then score the holdout year"),
+        Stage("books", "alphagym.books.stage:books",
+              {"train": f"{r}/panel/train.parquet", "holdout": f"{r}/panel/holdout.parquet",
+               "answers": f"{probe}/{{item}}/answers.parquet", "probe": f"{probe}/{{item}}/summary.json"},
+              {"books": f"{books}/{{item}}/books.json", "daily": f"{books}/{{item}}/daily.parquet"},
+              ("dsl", "verifier", "books"), ("src/alphagym/books", *engine, "src/alphagym/verifier"),
+              metrics=("books",), family=rungs,
+              help="the shipped checkpoint's equal-weight and correlation-capped books on the holdout year"),
+        Stage("report", "alphagym.report.stage:report",
+              {"gates": f"{r}/world_model/gates.json", "briefs_holdout": f"{r}/briefs/holdout.jsonl",
+               "log": f"{rl}/{{item}}/log.jsonl", "train": f"{rl}/{{item}}/summary.json",
+               "checkpoints": f"{rl}/{{item}}/checkpoints",
+               "answers": f"{probe}/{{item}}/answers.parquet", "table": f"{probe}/{{item}}/checkpoints.parquet",
+               "probe": f"{probe}/{{item}}/summary.json",
+               "books": f"{books}/{{item}}/books.json", "daily": f"{books}/{{item}}/daily.parquet"},
+              {"report": f"{rep}/report.md", "json": f"{rep}/report.json", "pairs": f"{rep}/pairs.parquet",
+               "figures": f"{rep}/figures", "adapter": f"{rep}/shipped_adapter", "summary": f"{rep}/summary.json"},
+              ("seed", "verifier.priorities", "verifier.jepa_stress", "worldmodel", "rl", "books"),
+              ("src/alphagym/report", "src/alphagym/rl/plots.py", "src/alphagym/plotting.py",
+               "src/alphagym/briefs", "src/alphagym/verifier/channels.py", *engine),
+              metrics=("summary",), directories=("figures", "adapter"), gather=rungs,
+              help="the ladder report: tables, plots, JSON export, verified pairs and the shipped adapter"),
     ]
     return [Stage(**{**s.__dict__, "profile_arg": profile_arg}) for s in rows]
 
 
 def _items(params: Mapping[str, Any], family: Family) -> list[str]:
     value = get(params, family.key)
-    return [str(v) for v in (list(value) if isinstance(value, Mapping) else value)]
+    names = [str(v) for v in (list(value) if isinstance(value, Mapping) else value)]
+    if family.replicas is None:
+        return names
+    default = int(get(params, family.replicas))
+    blocks = value if isinstance(value, Mapping) else (get(params, family.blocks) if family.blocks else {})
+    out = []
+    for n in names:
+        block = blocks.get(n, {})
+        count = int(block.get("seeds") or default)
+        out += [n, *(f"{n}-s{k}" for k in range(1, count))]
+    return out
 
 
 def stage_rows(params: Mapping[str, Any], rows: list[Stage] | None = None) -> list[Stage]:
@@ -169,14 +229,31 @@ def stage_rows(params: Mapping[str, Any], rows: list[Stage] | None = None) -> li
     profile = params.get("profile", "default")
     arg = "" if profile == "default" else f" --set profile={profile}"
     rl_policy = str(get(params, "rl.policy")) if "rl" in params else "tiny"
-    return rows if rows is not None else table_rows(results_dir(params).as_posix(), arg, rl_policy)
+    rows = rows if rows is not None else table_rows(results_dir(params).as_posix(), arg, rl_policy)
+    return [_gathered(s, params) if s.gather else s for s in rows]
 
 
-def expand(stage: Stage, item: str) -> Stage:
+def _gathered(stage: Stage, params: Mapping[str, Any]) -> Stage:
+    assert stage.gather is not None
+    deps: dict[str, str] = {}
+    for role, path in stage.deps.items():
+        if "{item}" not in path:
+            deps[role] = path
+            continue
+        for i in _items(params, stage.gather):
+            deps[f"{role}@{i}"] = path.replace("{item}", i)
+    return Stage(**{**stage.__dict__, "deps": deps})
+
+
+def expand(stage: Stage, item: str, params_item: str | None = None) -> Stage:
+    """A family member: `{item}` in paths and the command is the member, in params keys the item it
+    replicates (`params_item`; by default the member's item without its replica suffix)."""
     sub = {k: v.replace("{item}", item) for k, v in stage.deps.items()}
     out = {k: v.replace("{item}", item) for k, v in stage.outs.items()}
     work = {k: v.replace("{item}", item) for k, v in stage.work.items()} if stage.work else None
-    keys = tuple(k.replace("{item}", item) for k in stage.params)
+    if params_item is None:
+        params_item = split_replica(item)[0] if stage.family and stage.family.replicas else item
+    keys = tuple(k.replace("{item}", params_item) for k in stage.params)
     return Stage(**{**stage.__dict__, "deps": sub, "outs": out, "params": keys, "item": item, "work": work})
 
 
@@ -240,8 +317,12 @@ def dvc_yaml(params: Mapping[str, Any], rows: list[Stage] | None = None) -> str:
         if s.family is None:
             stages[s.name] = _dvc_body(s)
             continue
-        template = expand(s, "${item}")
-        stages[s.name] = {"foreach": _items(params, s.family), "do": _dvc_body(template)}
+        members = _items(params, s.family)
+        if s.family.replicas is None:
+            stages[s.name] = {"foreach": members, "do": _dvc_body(expand(s, "${item}"))}
+        else:        # a dict: the member names the paths (${key}), the item it replicates the params
+            stages[s.name] = {"foreach": {m: {"of": split_replica(m)[0]} for m in members},
+                              "do": _dvc_body(expand(s, "${key}", "${item.of}"))}
     header = "# Generated from src/alphagym/pipeline.py by `alphagym dag --write-dvc`; do not edit by hand.\n"
     return header + yaml.safe_dump({"stages": stages}, sort_keys=False, width=110)
 

@@ -86,6 +86,21 @@ class StageRun:
     def set_tag(self, key: str, value: str) -> None:
         self._call(lambda: self.client.set_tag(self.run_id, key, value))
 
+    def nest_under(self, stage: str) -> str | None:
+        """Make this run a child of the latest finished run of `stage` (the probe of a rung under the rung's
+        training run, so the MLflow UI shows them together); returns the parent's id, None if none ran."""
+        if self.run_id is None:
+            return None
+        run = self.client.get_run(self.run_id)
+        found = self.client.search_runs([run.info.experiment_id], filter_string=f"tags.`alphagym.stage` = "
+                                        f"'{stage}' and attributes.status = 'FINISHED'",
+                                        order_by=["attributes.start_time DESC"], max_results=1)
+        if not found:
+            return None
+        parent = found[0].info.run_id
+        self.set_tag("mlflow.parentRunId", parent)
+        return parent
+
 
 _OPEN: dict[str, StageRun] = {}
 

@@ -23,6 +23,7 @@ from alphagym.briefs.generate import read_briefs
 from alphagym.errors import PolicyError
 from alphagym.panel import Panel
 from alphagym.params import apply_rung
+from alphagym.pipeline import split_replica
 from alphagym.policy.model import load_policy, wrap_adapter
 from alphagym.rl.env import VerifierEnv
 from alphagym.rl.plots import curves_figure
@@ -33,12 +34,14 @@ from alphagym.verifier.loading import load_kept_worlds
 from alphagym.verifier.verifier import Verifier
 
 
-def build_trainer(params: Any, deps: dict[str, Path], rung: str, work: Path | None,
+def build_trainer(params: Any, deps: dict[str, Path], item: str, work: Path | None,
                   log: Any = lambda m, s: None) -> Trainer:
+    """The trainer of one rung, or of a seed replica `RUNG-sK` (the same rung with seed + K)."""
+    rung, replica = split_replica(item)
     recipe = apply_rung(params["rl"]["recipe"], params["rl"]["rungs"][rung], rung).model_dump()
     torch.set_num_threads(int(recipe["torch_threads"]))
     numba.set_num_threads(min(int(recipe["numba_threads"]), numba.config.NUMBA_NUM_THREADS))
-    seed, cat = int(params["seed"]), load_catalogue()
+    seed, cat = int(params["seed"]) + replica, load_catalogue()
     policy = load_policy(deps["policy"], params["policy"])
     if policy.has_adapter:
         # an SFT adapter (SmolLM2, hf) is merged into the base: the merged SFT policy is the reference and
@@ -57,10 +60,11 @@ def build_trainer(params: Any, deps: dict[str, Path], rung: str, work: Path | No
 
 
 def train(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun, item: str) -> dict[str, Any]:
-    rung = params["rl"]["rungs"][item]
+    rung = params["rl"]["rungs"][split_replica(item)[0]]
     work = outs["work"]
     log_path = work / "log.jsonl"
-    run.set_tag("rung", item)
+    run.set_tag("rung", split_replica(item)[0])
+    run.set_tag("replica", str(split_replica(item)[1]))
     run.set_tag("parent", rung["parent"])
     run.set_tag("change", rung["change"])
 

@@ -1,0 +1,79 @@
+"""The `books` stage: one per rung (`alphagym books --rung NAME`), on the probe's shipped checkpoint.
+
+Two books of the shipped checkpoint's valid answers, both scored on the holdout year after holdout costs:
+- equal weight: every answer valid on both windows, averaged (an answer written n times weighs n);
+- correlation-capped: chosen on train-window numbers only (`capped_selection`: train CPCV order, turnover
+  floor, a cap on |corr| of train P&L with answers already in), then averaged.
+Writes the metrics of both and of the market, and the daily returns the report plots.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from alphagym.books.metrics import book_metrics, capped_selection
+from alphagym.errors import DataError
+from alphagym.panel import Panel
+from alphagym.tracking import StageRun
+from alphagym.verifier.verifier import Verifier
+
+
+def books(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun, item: str) -> dict[str, Any]:
+    cfg = params["books"]
+    probe = json.loads(deps["probe"].read_text())
+    step = int(probe["shipped_step"])
+    answers = pd.read_parquet(deps["answers"])
+    valid = answers[(answers["step"] == step) & answers["valid"]]
+    # every valid answer counts in the equal-weight book (as the seed gym reports it); a formula written n
+    # times is scored once and weighted n times
+    counts = valid.groupby("formula", sort=False).size()
+    shipped = valid.drop_duplicates("formula")
+    train_v = Verifier(Panel.read_parquet(deps["train"]), params)
+    holdout_panel = Panel.read_parquet(deps["holdout"])
+    holdout_v = Verifier(holdout_panel, params, window="holdout")
+    rows, train_pnl, hold_pnl = [], [], []
+    for r in shipped.itertuples(index=False):
+        tc, hc = train_v.score_one(r.formula), holdout_v.score_one(r.formula)
+        if not (tc.valid and hc.valid):
+            continue
+        rows.append({"formula": r.formula, "canonical": r.canonical, "brief": r.brief, "count": int(counts[r.formula]),
+                     "train_cpcv": tc.channels["cpcv"], "train_turnover": tc.metrics["turnover"],
+                     "holdout_score": hc.metrics["holdout_score"], "holdout_sharpe": hc.metrics["sharpe_net"],
+                     "holdout_return": float(np.prod(1 + hc.pnl) - 1), "holdout_turnover": hc.metrics["turnover"]})
+        train_pnl.append(tc.pnl)
+        hold_pnl.append(hc.pnl)
+    market = holdout_v.market[holdout_v.rows]
+    dates = holdout_panel.dates[: len(holdout_v.rows)][holdout_v.rows]
+    daily = pd.DataFrame({"date": dates, "market": market})
+    out: dict[str, Any] = {"rung": item, "shipped_step": step, "answers": rows,
+                           "market": book_metrics(market[None, :], market, cfg["down_day"])}
+    if not rows:
+        out["equal_weight"] = out["capped"] = None
+        out["note"] = f"no answer of checkpoint {step} is valid on both windows: no book"
+    else:
+        pnl_t, pnl_h = np.stack(train_pnl), np.stack(hold_pnl)
+        pick = capped_selection([r["train_cpcv"] for r in rows], [r["train_turnover"] for r in rows], pnl_t,
+                                cfg["min_turnover"], cfg["max_corr"])
+        weights = np.array([r["count"] for r in rows])
+        out["equal_weight"] = book_metrics(np.repeat(pnl_h, weights, axis=0), market, cfg["down_day"])
+        out["capped"] = book_metrics(pnl_h[pick], market, cfg["down_day"]) if pick else None
+        out["capped_members"] = [rows[i]["canonical"] for i in pick]
+        daily["equal_weight"] = np.average(pnl_h, axis=0, weights=weights)
+        daily["capped"] = pnl_h[pick].mean(axis=0) if pick else np.nan
+    if len(daily) != len(market):
+        raise DataError("holdout_rows", f"holdout dates ({len(daily)}) and P&L rows ({len(market)}) disagree",
+                        file=str(deps["holdout"]))
+    daily.to_parquet(outs["daily"], index=False)
+    outs["books"].write_text(json.dumps(out, indent=1, default=float))
+    for name in ("equal_weight", "capped"):
+        if out.get(name):
+            run.log_metrics({f"books/{name}/{k}": float(v) for k, v in out[name].items()})
+    run.set_tag("rung", item)
+    ew = out["equal_weight"] or {}
+    return {"rung": item, "shipped_step": step, "answers": len(rows), "holdout_return": ew.get("return"),
+            "beta": ew.get("beta")}

@@ -1,0 +1,83 @@
+"""The `probe` stage: one per rung (`alphagym probe --rung NAME`), the first stage that reads the holdout.
+
+Every checkpoint of the rung, and step 0 (the SFT policy), answers the holdout briefs greedily. The answers
+are scored on the train window, the shipped checkpoint is selected from those numbers alone
+(`alphagym.probe.select`), and only then is every answer scored on the holdout year.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numba
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from alphagym.briefs.catalogue import load_catalogue
+from alphagym.briefs.generate import read_briefs
+from alphagym.panel import Panel
+from alphagym.params import apply_rung
+from alphagym.pipeline import split_replica
+from alphagym.probe.probe import answer_rows, holdout_phase, holdout_table, train_table
+from alphagym.probe.select import select_checkpoint
+from alphagym.rl.checkpoints import at_checkpoint, list_checkpoints, sft_base
+from alphagym.tracking import StageRun
+from alphagym.verifier.verifier import Verifier
+
+
+def probe(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun, item: str) -> dict[str, Any]:
+    rung_name, _ = split_replica(item)
+    rung = params["rl"]["rungs"][rung_name]
+    recipe = apply_rung(params["rl"]["recipe"], rung, rung_name).model_dump()
+    torch.set_num_threads(int(recipe["torch_threads"]))
+    numba.set_num_threads(min(int(recipe["numba_threads"]), numba.config.NUMBA_NUM_THREADS))
+    for k, v in (("rung", rung_name), ("parent", rung["parent"]), ("change", rung["change"]), ("item", item)):
+        run.set_tag(k, v)
+    run.nest_under(f"train@{item}")
+    cat, tol, seed = load_catalogue(), float(params["briefs"]["horizon_tolerance"]), int(params["seed"])
+    briefs = read_briefs(deps["briefs_holdout"], cat)
+    checkpoints = [(0, None), *list_checkpoints(deps["checkpoints"])]
+    base = sft_base(deps["policy"], params["policy"])
+    base.max_new_tokens, base.micro_batch = int(recipe["max_new_tokens"]), int(recipe["micro_batch"])
+
+    # phase 1: greedy answers, scored on the train window only
+    train_v = Verifier(Panel.read_parquet(deps["train"]), params)
+    rows: list[dict[str, Any]] = []
+    for step, folder in tqdm(checkpoints, desc=f"probe {item}", unit="ckpt"):
+        policy = at_checkpoint(base, folder)
+        answers = [a[0] for a in policy.generate([b["text"] for b in briefs], n=1, temperature=0.0, seed=seed)]
+        rows += answer_rows(step, briefs, answers, train_v, cat, tol)
+    answers = pd.DataFrame(rows)
+    train = train_table(answers)
+    shipped = select_checkpoint(train)
+
+    # phase 2: the holdout year, once, after the selection
+    holdout_v = Verifier(Panel.read_parquet(deps["holdout"]), params, window="holdout")
+    answers, books = holdout_phase(answers, holdout_v)
+    market = holdout_v.market[holdout_v.rows]
+    table = train.merge(holdout_table(answers, books, market), on="step")
+    table["shipped"] = table["step"] == shipped
+
+    answers.to_parquet(outs["answers"], index=False)
+    table.to_parquet(outs["table"], index=False)
+    for r in table.to_dict("records"):
+        run.log_metrics({f"probe/{k}": float(v) for k, v in r.items() if k not in ("step", "shipped")},
+                        step=int(r["step"]))
+    ship = table.loc[table["shipped"]].iloc[0]
+    step0 = table.loc[table["step"] == 0].iloc[0]
+    summary = {"rung": rung_name, "item": item, "parent": rung["parent"], "change": rung["change"],
+               "checkpoints": [int(s) for s in table["step"]], "shipped_step": shipped,
+               "selector": "train_cpcv", "shipped": _plain(ship), "step0": _plain(step0),
+               "holdout_briefs": len(briefs)}
+    outs["summary"].write_text(json.dumps(summary, indent=1))
+    run.log_artifact(outs["summary"])
+    return {"rung": item, "shipped_step": shipped, "shipped_train_cpcv": summary["shipped"]["train_cpcv"],
+            "shipped_holdout_score": summary["shipped"]["holdout_score"]}
+
+
+def _plain(row: pd.Series) -> dict[str, Any]:
+    """A table row as JSON values (NaN -> null)."""
+    return {k: (None if pd.isna(v) else (v.item() if hasattr(v, "item") else v)) for k, v in row.items()}

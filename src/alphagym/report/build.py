@@ -1,0 +1,148 @@
+"""The report's content, from the files of each rung: the ladder table, the noise floor of seed replicas,
+the shipped rung (chosen on train numbers only), and the JSON export. Pure functions of loaded tables; the
+stage reads files and writes outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from alphagym.pipeline import split_replica
+
+ROLES = ("log", "train", "checkpoints", "answers", "table", "probe", "books", "daily")
+
+
+@dataclass
+class RungResult:
+    item: str
+    rung: str
+    replica: int
+    parent: str
+    change: str
+    missing: list[str] = field(default_factory=list)   # inputs not found: the rung failed or did not run
+    log: list[dict[str, float]] = field(default_factory=list)
+    train: dict[str, Any] = field(default_factory=dict)
+    table: pd.DataFrame | None = None
+    answers: pd.DataFrame | None = None
+    probe: dict[str, Any] = field(default_factory=dict)
+    books: dict[str, Any] = field(default_factory=dict)
+    daily: pd.DataFrame | None = None
+    checkpoints: Path | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing
+
+
+def load_rung(item: str, files: Mapping[str, Path], rungs: Mapping[str, Any]) -> RungResult:
+    rung, k = split_replica(item)
+    block = rungs[rung]
+    res = RungResult(item, rung, k, block["parent"], block["change"])
+    res.missing = [f"{role}: {files[role]}" for role in ROLES if not Path(files[role]).exists()]
+    if res.missing:
+        return res
+    res.log = [json.loads(line) for line in Path(files["log"]).read_text().splitlines() if line.strip()]
+    res.train = json.loads(Path(files["train"]).read_text())
+    res.table = pd.read_parquet(files["table"])
+    res.answers = pd.read_parquet(files["answers"])
+    res.probe = json.loads(Path(files["probe"]).read_text())
+    res.books = json.loads(Path(files["books"]).read_text())
+    res.daily = pd.read_parquet(files["daily"])
+    res.checkpoints = Path(files["checkpoints"])
+    return res
+
+
+def _num(v: Any) -> float:
+    return float("nan") if v is None else float(v)
+
+
+def ladder_rows(results: Sequence[RungResult], diffs: Mapping[str, Mapping[str, tuple[Any, Any]]]
+                ) -> list[dict[str, Any]]:
+    """One row per rung (and replica): its change, shipped step, train CPCV and holdout score of the shipped
+    checkpoint, step 0's holdout score, the change in holdout score against its parent (the parent's shipped
+    checkpoint, same replica if it has one; step 0 for a rung on the SFT policy), and the equal-weight book."""
+    by_item = {r.item: r for r in results}
+    rows = []
+    for r in results:
+        row: dict[str, Any] = {"rung": r.item, "parent": r.parent, "change": r.change,
+                               "recipe_diff": ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in diffs[r.rung].items())
+                               or "(none)"}
+        if not r.ok:
+            row["status"] = f"FAILED or not run ({len(r.missing)} of {len(ROLES)} inputs missing, e.g. {r.missing[0]})"
+            rows.append(row)
+            continue
+        ship, step0 = r.probe["shipped"], r.probe["step0"]
+        ew = r.books.get("equal_weight") or {}
+        row.update(status="ok", steps=r.train.get("steps"), shipped_step=r.probe["shipped_step"],
+                   train_cpcv=_num(ship["train_cpcv"]), holdout_score=_num(ship["holdout_score"]),
+                   step0_holdout=_num(step0["holdout_score"]), valid=ship["valid"],
+                   book_return=_num(ew.get("return")), book_sharpe=_num(ew.get("sharpe")),
+                   book_beta=_num(ew.get("beta")))
+        if r.parent == "sft":
+            ref = row["step0_holdout"]
+        else:
+            p = by_item.get(f"{r.parent}-s{r.replica}" if r.replica else r.parent) or by_item.get(r.parent)
+            ref = _num(p.probe["shipped"]["holdout_score"]) if p is not None and p.ok else float("nan")
+        row["vs_parent"] = row["holdout_score"] - ref
+        rows.append(row)
+    return rows
+
+
+def seed_spread(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per rung with more than one replica: mean, sample sd, min and max of the shipped holdout score."""
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        if r.get("status") == "ok" and not math.isnan(r["holdout_score"]):
+            groups.setdefault(split_replica(r["rung"])[0], []).append(r["holdout_score"])
+    out = []
+    for rung, xs in groups.items():
+        if len(xs) > 1:
+            s = pd.Series(xs)
+            out.append({"rung": rung, "seeds": len(xs), "mean": float(s.mean()), "sd": float(s.std(ddof=1)),
+                        "min": float(s.min()), "max": float(s.max())})
+    return out
+
+
+def mark_noise(rows: list[dict[str, Any]], spread: Sequence[Mapping[str, Any]]) -> float | None:
+    """The noise floor (largest seed sd among replicated rungs); each row's change vs its parent is marked
+    'beyond noise' when larger than twice the floor. None (and no marks) without replicated rungs."""
+    if not spread:
+        return None
+    floor = max(s["sd"] for s in spread)
+    for r in rows:
+        if r.get("status") == "ok" and not math.isnan(r.get("vs_parent", float("nan"))):
+            r["beyond_noise"] = "yes" if abs(r["vs_parent"]) > 2 * floor else "no"
+    return floor
+
+
+def shipped_rung(results: Sequence[RungResult]) -> RungResult | None:
+    """The ladder's shipped rung: the highest train CPCV of its shipped checkpoint (train numbers only, like
+    checkpoint selection); ties to the earlier rung."""
+    ok = [r for r in results if r.ok]
+    if not ok:
+        return None
+    return max(ok, key=lambda r: (_num(r.probe["shipped"]["train_cpcv"]), -results.index(r)))
+
+
+def pairs(results: Sequence[RungResult], briefs: Mapping[str, str]) -> pd.DataFrame:
+    """Verified brief -> formula pairs: every probe answer valid on the train window, deduplicated on
+    (brief, canonical form), keeping the best train CPCV, with the rungs and steps that wrote it."""
+    frames = [r.answers.assign(rung=r.item) for r in results if r.ok and r.answers is not None]
+    if not frames:
+        return pd.DataFrame(columns=["brief", "brief_text", "formula", "canonical", "train_cpcv"])
+    a = pd.concat(frames, ignore_index=True)
+    a = a[a["valid"]].copy()
+    a["written_by"] = a["rung"] + "@" + a["step"].astype(str)
+    who = a.groupby(["brief", "canonical"])["written_by"].apply(lambda s: sorted(set(s)))
+    best = a.sort_values("train_cpcv", ascending=False).drop_duplicates(["brief", "canonical"])
+    best = best.drop(columns=["written_by", "rung", "step", "answer"]).merge(
+        who.rename("written_by").reset_index(), on=["brief", "canonical"])
+    best.insert(1, "brief_text", best["brief"].map(briefs))
+    return best.sort_values(["brief", "train_cpcv"], ascending=[True, False]).reset_index(drop=True)

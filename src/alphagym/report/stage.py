@@ -1,0 +1,225 @@
+"""The `report` stage (`alphagym report`): the ladder's report from every rung's training log, probe and
+books. A rung whose inputs are missing (it failed, or has not run) is marked in every table, never dropped;
+run `alphagym report` by hand after a `snakemake --keep-going` in which a rung failed.
+
+Writes `report.md` with its figures, `report.json` (everything the tables and figures show, and more),
+`pairs.parquet` (verified brief -> formula pairs of all rungs) and the shipped adapter with a model card.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+from alphagym.briefs.generate import read_briefs
+from alphagym.errors import DataError
+from alphagym.params import Rl
+from alphagym.report import plots
+from alphagym.report.build import (
+    ROLES,
+    RungResult,
+    ladder_rows,
+    load_rung,
+    mark_noise,
+    pairs,
+    seed_spread,
+    shipped_rung,
+)
+from alphagym.tracking import StageRun
+from alphagym.verifier import channels as ch
+
+LADDER_COLS = ("rung", "parent", "change", "status", "steps", "shipped_step", "train_cpcv", "holdout_score",
+               "step0_holdout", "vs_parent", "beyond_noise", "valid", "book_return", "book_sharpe", "book_beta")
+CKPT_COLS = ("step", "shipped", "train_cpcv", "valid", "families", "compliance", "holdout_score",
+             "holdout_valid", "holdout_book_return", "holdout_book_sharpe", "holdout_book_beta")
+BOOK_KEYS = ("answers", "return", "sharpe", "max_drawdown", "beta", "market_corr", "book_mean_on_down_days",
+             "mean_pairwise_corr", "effective_bets")
+
+
+def report(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:
+    rl = Rl.model_validate(params["rl"])
+    items = list(dict.fromkeys(k.split("@", 1)[1] for k in deps if "@" in k))
+    results = [load_rung(i, {role: deps[f"{role}@{i}"] for role in ROLES}, params["rl"]["rungs"]) for i in items]
+    if not any(r.ok for r in results):
+        raise DataError("no_rungs", "no rung has finished its train, probe and books stages: nothing to report "
+                        f"(missing: {results[0].missing if results else 'no rungs declared'})")
+    diffs = {r.rung: rl.change_vs_parent(r.rung) for r in results}
+    rows = ladder_rows(results, diffs)
+    spread = seed_spread(rows)
+    floor = mark_noise(rows, spread)
+    ship = shipped_rung(results)
+    assert ship is not None
+    briefs = {b["id"]: b["text"] for b in read_briefs(deps["briefs_holdout"])}
+    fig = outs["figures"]
+    ok = [r for r in results if r.ok]
+    plots.training_curves({r.item: r.log for r in ok}, fig / "training_curves.png")
+    plots.selector_vs_holdout({r.item: r.table for r in ok}, fig / "selector_vs_holdout.png")
+    plots.answer_scores({r.item: r.answers for r in ok}, fig / "answer_scores.png")
+    ew = ship.books.get("equal_weight") or {}
+    plots.growth(ship.daily, f"{ship.item} @ step {ship.probe['shipped_step']}: growth of $1 on the holdout year",
+                 fig / "growth.png")
+    plots.book_vs_market(ship.daily, float(ew.get("beta", 0.0)), f"{ship.item}: daily book vs market",
+                         fig / "book_vs_market.png")
+    pairs(results, briefs).to_parquet(outs["pairs"], index=False)
+    _ship_adapter(ship, rl, outs["adapter"])
+    best_holdout = max(ok, key=lambda r: _f(r.probe["shipped"]["holdout_score"]))
+    targets = _targets(ship, best_holdout)
+    outs["report"].write_text(_markdown(params, results, rows, spread, floor, ship, best_holdout, targets))
+    outs["json"].write_text(json.dumps(_clean(_export(params, deps, results, rows, spread, ship)), indent=1,
+                                       default=_json_default, allow_nan=False))
+    summary = {"rungs": len(results), "failed": [r.item for r in results if not r.ok], "shipped_rung": ship.item,
+               "shipped_step": ship.probe["shipped_step"],
+               "shipped_holdout_score": ship.probe["shipped"]["holdout_score"],
+               "shipped_step0_holdout_score": ship.probe["step0"]["holdout_score"],
+               "shipped_book_beta": ew.get("beta"), "noise_floor_sd": floor, "targets": targets}
+    outs["summary"].write_text(json.dumps(summary, indent=1, default=_json_default))
+    run.log_artifact(outs["report"])
+    run.log_artifact(outs["summary"])
+    for p in sorted(fig.glob("*.png")):
+        run.log_artifact(p)
+    return {k: summary[k] for k in ("rungs", "failed", "shipped_rung", "shipped_step", "shipped_holdout_score")}
+
+
+def _f(v: Any) -> float:
+    return -math.inf if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+def _clean(v: Any) -> Any:
+    """NaN and infinities as null: the export is strict JSON."""
+    if isinstance(v, dict):
+        return {str(k): _clean(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_clean(x) for x in v]
+    if hasattr(v, "item") and not isinstance(v, str | bytes):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def _json_default(v: Any) -> Any:
+    if hasattr(v, "item"):
+        return v.item()
+    if hasattr(v, "isoformat"):
+        return v.isoformat()
+    return str(v)
+
+
+def _targets(ship: RungResult, best: RungResult) -> dict[str, Any]:
+    """The issue's targets on the shipped checkpoint of the rung with the best holdout score (read after the
+    fact; the ladder ships the train-CPCV choice, reported beside it)."""
+    s, z = best.probe["shipped"]["holdout_score"], best.probe["step0"]["holdout_score"]
+    beta = (best.books.get("equal_weight") or {}).get("beta")
+    return {"best_rung_by_holdout": best.item, "holdout_score": s, "step0_holdout_score": z,
+            "above_step0": bool(s is not None and z is not None and s > z),
+            "positive": bool(s is not None and s > 0), "book_beta": beta,
+            "abs_beta_below_0.2": bool(beta is not None and abs(beta) < 0.2),
+            "ladder_shipped_rung": ship.item}
+
+
+def _ship_adapter(ship: RungResult, rl: Rl, folder: Path) -> None:
+    step = int(ship.probe["shipped_step"])
+    recipe = rl.recipe_of(ship.rung)
+    card = [f"# alphagym: shipped adapter of rung `{ship.item}`", "",
+            f"- Checkpoint: step {step} of rung `{ship.item}` ({ship.change}; parent `{ship.parent}`).",
+            f"- Selected by the mean train-window CPCV of its greedy answers to the holdout briefs "
+            f"({ship.probe['shipped']['train_cpcv']:.3f}); the holdout year was scored afterwards "
+            f"(holdout score {_f(ship.probe['shipped']['holdout_score']):.3f}).",
+            f"- Recipe: loss {recipe.loss}, advantage {recipe.advantage}, adapter {recipe.adapter}, "
+            f"REPO-R {'on' if recipe.repo.enabled else 'off'}, briefs {recipe.briefs}, {recipe.steps} steps.",
+            "- Task: read a design brief, answer one formula in the 101-alphas vocabulary inside "
+            "`<alpha>...</alpha>`; answers are parsed, never executed.", ""]
+    folder.mkdir(parents=True, exist_ok=True)
+    if step == 0:
+        card += ["Step 0 (the SFT policy itself) had the best train CPCV: no RL adapter ships; use the SFT "
+                 "policy (`results/sft/<policy>/policy`)."]
+    else:
+        src = ship.checkpoints / f"checkpoint-{step:06d}"
+        shutil.copytree(src, folder, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("trainer_state.pt", "archive.npz", "README.md"))
+        card += ["## Loading", "", "A peft adapter (Hugging Face format) on the SFT policy (merged, when it has an "
+                 "adapter itself). With the SFT policy folder at hand:", "", "```python",
+                 "from alphagym.rl.checkpoints import sft_base, at_checkpoint",
+                 "policy = at_checkpoint(sft_base('results/sft/tiny/policy', params['policy']), Path(ADAPTER))",
+                 "policy.generate([brief], n=1, temperature=0.0)", "```", "",
+                 "or `peft.PeftModel.from_pretrained(base, ADAPTER)` on the same base (`base/` holds the tiny "
+                 "base model)."]
+    (folder / "README.md").write_text("\n".join(card) + "\n")
+
+
+def _markdown(params: Any, results: list[RungResult], rows: list[dict[str, Any]], spread: list[dict[str, Any]],
+              floor: float | None, ship: RungResult, best: RungResult, targets: dict[str, Any]) -> str:
+    md = ["# alphagym ladder report", "",
+          f"Policy `{params['rl']['policy']}`, seed {params['seed']}, {len(results)} rung runs "
+          f"({sum(not r.ok for r in results)} failed or not run). Every number below was computed by the "
+          "`report` stage from the rungs' own outputs; holdout numbers come from the probe, after selection.", "",
+          "## Ladder", "", "`vs_parent`: change of the shipped holdout score against the parent rung's shipped "
+          "checkpoint (step 0 for a rung on the SFT policy).", "",
+          plots.table_md(rows, LADDER_COLS), ""]
+    diff_rows = [{"rung": r["rung"], "recipe_diff": r["recipe_diff"]} for r in rows]
+    md += ["Recipe keys each rung changes against its parent:", "",
+           plots.table_md(diff_rows, ("rung", "recipe_diff")), ""]
+    if spread:
+        md += ["## Seeds", "", f"Noise floor: the largest seed sd, {floor:.3f}; a change vs parent beyond twice "
+               "it is marked `beyond_noise`.", "",
+               plots.table_md(spread, ("rung", "seeds", "mean", "sd", "min", "max")), ""]
+    else:
+        md += ["## Seeds", "", "Every rung ran one seed (`rl.seeds: 1`): rung differences cannot be told from "
+               "noise. Run replicas with `--set rl.seeds=3` (or a rung's `seeds`).", ""]
+    md += ["## Shipped", "", f"The ladder ships rung `{ship.item}` at step {ship.probe['shipped_step']}: the highest "
+           "train CPCV of any rung's shipped checkpoint (no holdout number takes part).", "",
+           f"Targets (on the rung with the best holdout score, `{best.item}`, read after the fact): holdout score "
+           f"{_f(targets['holdout_score']):.3f} vs step 0 {_f(targets['step0_holdout_score']):.3f} "
+           f"({'above' if targets['above_step0'] else 'NOT above'} step 0, "
+           f"{'positive' if targets['positive'] else 'NOT positive'}); equal-weight book beta "
+           f"{_f(targets['book_beta']):+.3f} "
+           f"({'|beta| < 0.2' if targets['abs_beta_below_0.2'] else '|beta| NOT < 0.2'}).",
+           "", "### Shipped answers (holdout year, holdout costs)", ""]
+    md += [plots.table_md(ship.books.get("answers", []), ("formula", "count", "train_cpcv", "train_turnover",
+                                                          "holdout_score",
+                                                          "holdout_sharpe", "holdout_return")), ""]
+    ew, cap = ship.books.get("equal_weight"), ship.books.get("capped")
+    book_rows = [{"book": "equal weight", **(ew or {})}, {"book": "correlation-capped", **(cap or {})}]
+    if ew:
+        book_rows.append({"book": "market", "answers": None, "return": ew["market_return"],
+                          "sharpe": ew["market_sharpe"], "max_drawdown": ew["market_max_drawdown"],
+                          "beta": 1.0, "market_corr": 1.0, "book_mean_on_down_days": ew["market_mean_on_down_days"]})
+    md += ["### Books against the market (holdout year)", "",
+           f"`book_mean_on_down_days`: mean daily return on the {int((ew or {}).get('down_days', 0))} days the "
+           f"market fell more than {abs(params['books']['down_day']):.1%}.", "",
+           plots.table_md(book_rows, ("book", *BOOK_KEYS)), "",
+           "![growth](figures/growth.png)", "", "![book vs market](figures/book_vs_market.png)", "",
+           "## Training", "", "![curves](figures/training_curves.png)", "",
+           "## Checkpoints", "", "![selector vs holdout](figures/selector_vs_holdout.png)", "",
+           "![answer scores](figures/answer_scores.png)", ""]
+    for r in results:
+        md += [f"### {r.item}", ""]
+        if not r.ok:
+            md += ["FAILED or not run: missing " + "; ".join(r.missing), ""]
+            continue
+        md += [plots.table_md(r.table.to_dict("records"), CKPT_COLS), ""]
+    return "\n".join(md)
+
+
+def _export(params: Any, deps: dict[str, Path], results: list[RungResult], rows: list[dict[str, Any]],
+            spread: list[dict[str, Any]], ship: RungResult) -> dict[str, Any]:
+    channel_docs = {c: (vars(ch).get(c) or vars(ch).get(f"{c}_penalty") or vars(ch).get(f"{c}_channel")
+                        or vars(ch).get(f"{c}_penalties")) for c in ch.CHANNELS}
+    return {
+        "rewards": {"channels": list(ch.CHANNELS), "priorities": dict(params["verifier"]["priorities"]),
+                    "definitions": {c: (f.__doc__ or "").strip() if f else "computed in the verifier"
+                                    for c, f in channel_docs.items()}},
+        "world_model": {"config": dict(params["worldmodel"]), "jepa_stress": dict(params["verifier"]["jepa_stress"]),
+                        "gates": json.loads(deps["gates"].read_text())},
+        "ladder": rows, "seeds": spread, "shipped": {"rung": ship.item, "step": ship.probe["shipped_step"]},
+        "rungs": {r.item: {"ok": r.ok, "missing": r.missing, "parent": r.parent, "change": r.change,
+                           "train_summary": r.train, "log": r.log,
+                           "checkpoints": r.table.to_dict("records") if r.table is not None else [],
+                           "probe": r.probe, "books": r.books,
+                           "daily": r.daily.to_dict("list") if r.daily is not None else {},
+                           "answers": r.answers.to_dict("records") if r.answers is not None else []}
+                  for r in results},
+    }

@@ -1,0 +1,69 @@
+"""Reading a rung's checkpoints back as policies (for the probe and the report).
+
+A rung trains an adapter on top of its SFT policy (with an SFT adapter merged in, as `build_trainer` does),
+so a checkpoint is that adapter alone: it is loaded onto the SFT policy rebuilt the same way. Step 0 is the
+SFT policy itself: a fresh LoRA or DoRA adapter is the identity, so the untrained rung is the SFT policy.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from alphagym.errors import PolicyError
+from alphagym.policy.model import META, Policy, base_fingerprint, load_policy
+
+CHECKPOINT = re.compile(r"^checkpoint-(\d{6})$")
+# what `Trainer.save_checkpoint` writes; a folder without one of these is incomplete
+REQUIRED = ("adapter_config.json", "adapter_model.safetensors", META)
+
+
+def sft_base(sft_policy: Path, policy_cfg: Mapping[str, Any]) -> Policy:
+    """The policy every rung starts from: the SFT policy with its adapter (if any) merged."""
+    policy = load_policy(sft_policy, policy_cfg)
+    if policy.has_adapter:
+        policy.model = policy.model.merge_and_unload()
+    policy.model.eval()
+    return policy
+
+
+def list_checkpoints(folder: Path) -> list[tuple[int, Path]]:
+    """(step, folder) of every checkpoint in a rung's checkpoint folder, by step. A checkpoint folder that
+    lacks a file the trainer writes, or a stray folder, is a PolicyError naming it."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise PolicyError(f"{folder} is not a checkpoint folder (run `alphagym train` first)")
+    out = []
+    for p in sorted(folder.iterdir()):
+        m = CHECKPOINT.match(p.name)
+        if not m or not p.is_dir():
+            raise PolicyError(f"{p}: not a checkpoint (expected folders named checkpoint-NNNNNN)")
+        missing = [f for f in REQUIRED if not (p / f).is_file()]
+        if missing:
+            raise PolicyError(f"{p} is an incomplete checkpoint: {', '.join(missing)} missing")
+        out.append((int(m.group(1)), p))
+    if not out:
+        raise PolicyError(f"{folder} holds no checkpoint")
+    return out
+
+
+def at_checkpoint(base: Policy, checkpoint: Path | None) -> Policy:
+    """A copy of `base` with the checkpoint's adapter on it (`None`: the base itself, step 0)."""
+    if checkpoint is None:
+        return base
+    meta = json.loads((checkpoint / META).read_text())
+    if meta.get("base") != base_fingerprint(base.model):
+        raise PolicyError(f"{checkpoint} holds an adapter for another base model (fingerprint {meta.get('base')}, "
+                          f"the SFT policy's {base_fingerprint(base.model)})")
+    from peft import PeftModel
+
+    try:
+        model = PeftModel.from_pretrained(copy.deepcopy(base.model), checkpoint)
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise PolicyError(f"cannot load the adapter in {checkpoint}: {type(exc).__name__}: {exc}") from exc
+    model.eval()
+    return Policy(model, base.tokenizer, base.backend, base.max_new_tokens, base.system_prompt, base.micro_batch)

@@ -1,0 +1,184 @@
+"""The probe, books and report stages on a small real fixture: a tiny SFT policy, two checkpoints, the
+simulated panels. Checkpoint selection sees train numbers only (and runs before the holdout is scored); an
+incomplete checkpoint is refused by name; the books and the report come out of the probe's files; a rung
+that failed is marked in the report, not dropped."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+import alphagym.probe.stage as probe_stage
+from alphagym.briefs.catalogue import load_catalogue
+from alphagym.briefs.generate import generate, write_briefs
+from alphagym.config import load_params
+from alphagym.errors import ConfigError, DataError, PolicyError
+from alphagym.pipeline import stage_table
+from alphagym.policy.model import build_policy, wrap_adapter
+from alphagym.policy.sft import train_sft
+from alphagym.probe.select import select_checkpoint
+from alphagym.rl.checkpoints import list_checkpoints
+from alphagym.stages import run_stage
+
+ROOT = Path(__file__).resolve().parents[1]
+FORMULAS = ["<alpha>rank(ts_max(volume / ts_mean(volume, 10), 20))</alpha>",
+            "<alpha>rank(-ts_delta(close, 5))</alpha>", "<alpha>rank(ts_std(returns, 20))</alpha>"]
+
+
+def test_selection_takes_the_best_train_cpcv_and_the_earlier_step_on_a_tie():
+    t = pd.DataFrame({"step": [0, 100, 200, 300], "train_cpcv": [-1.0, 0.5, 0.7, 0.7], "valid": [3, 4, 5, 5]})
+    assert select_checkpoint(t) == 200
+    assert select_checkpoint(t.iloc[::-1]) == 200
+
+
+def test_selection_refuses_holdout_columns():
+    t = pd.DataFrame({"step": [0, 100], "train_cpcv": [0.1, 0.2], "holdout_score": [5.0, -5.0]})
+    with pytest.raises(ConfigError, match="holdout"):
+        select_checkpoint(t)
+    with pytest.raises(ConfigError, match="no checkpoints"):
+        select_checkpoint(pd.DataFrame({"step": [], "train_cpcv": []}))
+
+
+@pytest.fixture(scope="module")
+def ladder(tmp_path_factory, sim_panels):
+    """A results folder with everything the probe needs for rung `cispo_repo` (two checkpoints)."""
+    tmp = tmp_path_factory.mktemp("ladder")
+    params = load_params(ROOT / "params.yaml", [f"paths.results={tmp}/results", "tracking.enabled=false",
+                                                "briefs.holdout=6", "rl.recipe.max_new_tokens=32"])
+    table = stage_table(params)
+    deps = table["probe@cispo_repo"].deps
+    train, holdout = sim_panels
+    for key, panel in (("train", train), ("holdout", holdout)):
+        Path(deps[key]).parent.mkdir(parents=True, exist_ok=True)
+        panel.write_parquet(deps[key])
+    cat = load_catalogue()
+    _, held, _ = generate(cat, params.briefs.model_dump(), 7)
+    Path(deps["briefs_holdout"]).parent.mkdir(parents=True, exist_ok=True)
+    write_briefs(Path(deps["briefs_holdout"]), held)
+    cfg = {**params.policy.model_dump(), "threads": 1,
+           "tiny": {"vocab_size": 400, "hidden_size": 32, "intermediate_size": 64, "layers": 2, "heads": 4,
+                    "kv_heads": 2, "max_positions": 256, "adapter": "none"}}
+    texts = [b["text"] for b in held]
+    pol = build_policy("tiny", cfg, texts + FORMULAS, seed=0)
+    train_sft(pol, texts * 6, (FORMULAS * len(texts) * 2)[: len(texts) * 6],
+              {"eval_share": 0.05, "batch_size": 16, "epochs": 10, "lr": 1e-2, "weight_decay": 0.0,
+               "warmup_share": 0.05, "max_grad_norm": 1.0, "eval_every": 1000}, 0)
+    pol.save(deps["policy"])
+    torch.manual_seed(0)
+    pol.model = wrap_adapter(pol.model, {**cfg["adapter"], "kind": "lora"})
+    for step in (2, 4):
+        with torch.no_grad():
+            for name, p in pol.model.named_parameters():
+                if "lora_B" in name:
+                    p.add_(0.02 * torch.randn_like(p))
+        pol.save(Path(deps["checkpoints"]) / f"checkpoint-{step:06d}", {"step": step})
+    return params, table
+
+
+def test_probe_selects_on_train_numbers_before_scoring_the_holdout(ladder, monkeypatch):
+    params, table = ladder
+    events: list[str] = []
+    real_select, real_holdout, real_verifier = (probe_stage.select_checkpoint, probe_stage.holdout_phase,
+                                                 probe_stage.Verifier)
+
+    def spy_select(t):
+        events.append("select")
+        assert not [c for c in t.columns if "holdout" in c], list(t.columns)
+        return real_select(t)
+
+    def spy_verifier(panel, p, *a, window="train", **k):
+        events.append(f"verifier:{window}")
+        return real_verifier(panel, p, *a, window=window, **k)
+
+    def spy_holdout(*a, **k):
+        events.append("holdout")
+        return real_holdout(*a, **k)
+
+    monkeypatch.setattr(probe_stage, "select_checkpoint", spy_select)
+    monkeypatch.setattr(probe_stage, "Verifier", spy_verifier)
+    monkeypatch.setattr(probe_stage, "holdout_phase", spy_holdout)
+    out = run_stage(params, "probe@cispo_repo")
+    assert events == ["verifier:train", "select", "verifier:holdout", "holdout"]
+    outs = table["probe@cispo_repo"].outs
+    t = pd.read_parquet(outs["table"])
+    assert list(t["step"]) == [0, 2, 4]
+    assert t["shipped"].sum() == 1 and int(t.loc[t["shipped"], "step"].iloc[0]) == out["shipped_step"]
+    best = t.sort_values(["train_cpcv", "step"], ascending=[False, True]).iloc[0]
+    assert int(best["step"]) == out["shipped_step"]
+    a = pd.read_parquet(outs["answers"])
+    assert len(a) == 3 * 6 and set(a["step"]) == {0, 2, 4}
+    # a valid answer has a holdout score exactly when it is valid on the holdout year too
+    assert (a["holdout_score"].notna() == a["holdout_valid"]).all()
+    assert not (a["holdout_valid"] & ~a["valid"]).any()
+    summary = json.loads(Path(outs["summary"]).read_text())
+    assert summary["selector"] == "train_cpcv" and summary["shipped_step"] == out["shipped_step"]
+
+
+def test_books_and_report_come_from_the_probe_and_mark_a_failed_rung(ladder):
+    params, table = ladder
+    if not Path(table["probe@cispo_repo"].outs["summary"]).exists():
+        run_stage(params, "probe@cispo_repo")
+    run_stage(params, "books@cispo_repo")
+    books = json.loads(Path(table["books@cispo_repo"].outs["books"]).read_text())
+    daily = pd.read_parquet(table["books@cispo_repo"].outs["daily"])
+    assert {"date", "market"} <= set(daily.columns) and len(daily) > 200
+    if books["equal_weight"] is not None:
+        assert books["equal_weight"]["answers"] == sum(r["count"] for r in books["answers"])
+    # the train stage's log and summary, and the world-model gates, as the report reads them
+    tr = table["train@cispo_repo"].outs
+    Path(tr["log"]).write_text("".join(json.dumps({"step": s, "reward": 0.1 * s, "core_score/mean": 0.0,
+                                                   "kl": 0.0, "entropy": 1.0, "repo/zeta": 0.01,
+                                                   "frac_nonzero_advantage": 1.0}) + "\n" for s in (1, 2, 3, 4)))
+    Path(tr["summary"]).write_text(json.dumps({"steps": 4}))
+    gates = Path(table["report"].deps["gates"])
+    gates.parent.mkdir(parents=True, exist_ok=True)
+    gates.write_text(json.dumps({"kept": []}))
+    out = run_stage(params, "report")
+    assert out["shipped_rung"] == "cispo_repo"
+    assert set(out["failed"]) == set(params.rl.ladder) - {"cispo_repo"}
+    rep = table["report"].outs
+    md = Path(rep["report"]).read_text()
+    for rung in params.rl.ladder:
+        assert f"| {rung} |" in md                     # every rung has its row, the failed ones marked
+    assert md.count("FAILED or not run") >= len(params.rl.ladder) - 1
+    exported = json.loads(Path(rep["json"]).read_text())      # strict JSON (no NaN)
+    assert exported["rungs"]["cispo_repo"]["ok"] and not exported["rungs"]["dapo_all"]["ok"]
+    assert len(exported["rungs"]["cispo_repo"]["answers"]) == 18
+    assert set(exported["rewards"]["priorities"]) == set(exported["rewards"]["channels"])
+    assert {p.name for p in Path(rep["figures"]).glob("*.png")} == {
+        "training_curves.png", "selector_vs_holdout.png", "answer_scores.png", "growth.png", "book_vs_market.png"}
+    card = (Path(rep["adapter"]) / "README.md").read_text()
+    assert "cispo_repo" in card
+    pairs = pd.read_parquet(rep["pairs"])
+    assert not pairs.duplicated(["brief", "canonical"]).any()
+
+
+def test_an_incomplete_checkpoint_is_refused_by_name(tmp_path):
+    good, bad = tmp_path / "checkpoint-000100", tmp_path / "checkpoint-000200"
+    for p in (good, bad):
+        p.mkdir()
+        for f in ("adapter_config.json", "adapter_model.safetensors", "alphagym_policy.json"):
+            (p / f).write_text("{}")
+    (bad / "adapter_model.safetensors").unlink()
+    with pytest.raises(PolicyError, match="checkpoint-000200 is an incomplete checkpoint: adapter_model"):
+        list_checkpoints(tmp_path)
+    (bad / "adapter_model.safetensors").write_text("{}")
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [100, 200]
+    (tmp_path / "stray").mkdir()
+    with pytest.raises(PolicyError, match="stray"):
+        list_checkpoints(tmp_path)
+
+
+def test_a_report_with_no_finished_rung_is_an_error(tmp_path):
+    params = load_params(ROOT / "params.yaml", [f"paths.results={tmp_path}/results", "tracking.enabled=false"])
+    gates = Path(stage_table(params)["report"].deps["gates"])
+    gates.parent.mkdir(parents=True)
+    gates.write_text("{}")
+    Path(stage_table(params)["report"].deps["briefs_holdout"]).parent.mkdir(parents=True)
+    Path(stage_table(params)["report"].deps["briefs_holdout"]).write_text("")
+    with pytest.raises(DataError, match="no rung has finished"):
+        run_stage(params, "report")
