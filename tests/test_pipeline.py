@@ -26,15 +26,27 @@ def _env() -> dict[str, str]:
             "DVC_NO_ANALYTICS": "1"}
 
 
-def _copy_workflow(root: Path, dest: Path, profile: str | None = None) -> Path:
+# two rungs of the ladder in the end-to-end tests (every kind of stage runs; `make smoke` runs all six)
+SMOKE_LADDER = ("dapo_all", "cispo_repo")
+
+
+def _copy_workflow(root: Path, dest: Path, profile: str | None = None, ladder: list[str] | None = None) -> Path:
+    """A copy of the workflow; `profile` selected in its params.yaml; `ladder` (fewer rungs, to keep the
+    end-to-end tests short) written into its params.yaml and its dvc.yaml rendered for it."""
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("Snakefile", "params.yaml", "dvc.yaml", ".dvcignore"):
         shutil.copy(root / name, dest / name)
     shutil.copytree(root / "workflow", dest / "workflow")
     shutil.copytree(root / "src", dest / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    text = (dest / "params.yaml").read_text()
     if profile:
-        text = (dest / "params.yaml").read_text()
-        (dest / "params.yaml").write_text(re.sub(r"^profile: \w+", f"profile: {profile}", text, flags=re.M))
+        text = re.sub(r"^profile: \w+", f"profile: {profile}", text, flags=re.M)
+    if ladder:
+        text, n = re.subn(r"^  ladder: \[[^\]]*\]", f"  ladder: [{', '.join(ladder)}]", text, flags=re.M)
+        assert n == 1
+    (dest / "params.yaml").write_text(text)
+    if ladder:
+        (dest / "dvc.yaml").write_text(dvc_yaml(load_params(dest / "params.yaml")))
     return dest
 
 
@@ -215,6 +227,14 @@ def _git_dvc_repo(repo: Path, remote: Path) -> None:
     (repo / ".gitignore").write_text("/results/mlflow\n/results/cache\n/results/logs\n.snakemake/\n")
 
 
+def _changed_outputs(cwd: Path) -> set[str]:
+    """Outputs `snakemake --summary` would rebuild, whatever the reason (own change or upstream)."""
+    out = subprocess.run([str(BIN / "snakemake"), "--summary"], cwd=cwd, capture_output=True, text=True,
+                         env=_env(), check=True).stdout
+    return {cols[0] for line in out.splitlines()[1:] if len(cols := line.split("\t")) >= 6
+            and cols[-1] != "no update"}
+
+
 def _changed(cwd: Path) -> tuple[set[str], set[str]]:
     """(stages `snakemake --summary` marks changed themselves, stages `dvc status` reports changed).
 
@@ -241,7 +261,7 @@ def test_snakemake_run_reruns_on_params_and_code_and_agrees_with_dvc(root, tmp_p
     """The smoke DAG under Snakemake: every stage runs and logs to MLflow; the run is recorded in dvc.lock
     and the DVC cache (`dvc status` clean, `dvc push` sends the outputs, a clone pulls the same bytes); a
     changed param or a changed source file makes Snakemake and DVC name the same stages to rerun."""
-    work = _copy_workflow(root, tmp_path / "w", profile="smoke")
+    work = _copy_workflow(root, tmp_path / "w", profile="smoke", ladder=list(SMOKE_LADDER))
     _git_dvc_repo(work, tmp_path / "remote")
     run = subprocess.run([str(BIN / "snakemake"), "--cores", "2"], cwd=work, env=_env(), capture_output=True,
                          text=True)
@@ -260,8 +280,17 @@ def test_snakemake_run_reruns_on_params_and_code_and_agrees_with_dvc(root, tmp_p
     params_text = (work / "params.yaml").read_text()
     (work / "params.yaml").write_text(params_text.replace("purge: 10 ", "purge: 11 "))
     # every stage that scores with the verifier (a family member is rule `sft` in Snakemake, `sft@tiny` in DVC)
-    assert _changed(work) == ({"archive", "world_model", "corpus", "sft", "filter", "train"},
-                              {"archive", "world_model", "corpus", "sft@tiny", "filter", "train@cispo_repo"})
+    ladder = SMOKE_LADDER
+    assert _changed(work) == ({"archive", "world_model", "corpus", "sft", "filter", "train", "probe", "books"},
+                              {"archive", "world_model", "corpus", "sft@tiny", "filter",
+                               *(f"{s}@{r}" for s in ("train", "probe", "books") for r in ladder)})
+    # one rung's recipe changed: that rung, its probe and the report, nothing of the other rung
+    (work / "params.yaml").write_text(params_text.replace("set: {loss: dapo, repo.enabled: false, briefs: all}}",
+                                                          "set: {loss: dapo, repo.enabled: false, briefs: all, "
+                                                          "lr: 1.0e-4}}"))
+    assert _changed(work) == ({"train", "probe", "report"}, {"train@dapo_all", "probe@dapo_all", "report"})
+    stale = _changed_outputs(work)
+    assert stale and all("dapo_all" in o or "/report/" in o for o in stale), stale
     (work / "params.yaml").write_text(params_text)
     model = work / "src/alphagym/worldmodel/model.py"
     source = model.read_text()
@@ -288,7 +317,7 @@ def test_snakemake_run_reruns_on_params_and_code_and_agrees_with_dvc(root, tmp_p
 
 @pytest.mark.slow
 def test_dvc_repro_push_pull_gives_identical_bytes(root, tmp_path):
-    repo = _copy_workflow(root, tmp_path / "repo", profile="smoke")
+    repo = _copy_workflow(root, tmp_path / "repo", profile="smoke", ladder=list(SMOKE_LADDER))
     remote = tmp_path / "remote"
     (repo / "results").mkdir()
 
@@ -312,7 +341,8 @@ def test_dvc_repro_push_pull_gives_identical_bytes(root, tmp_path):
     outs = []
     for s in yaml.safe_load((repo / "dvc.yaml").read_text())["stages"].values():
         if "foreach" in s:           # a family: one member per item
-            outs += [o.replace("${item}", str(i)) for i in s["foreach"] for o in s["do"]["outs"]]
+            outs += [o.replace("${item}", str(i)).replace("${key}", str(i)) for i in s["foreach"]
+                     for o in s["do"]["outs"]]
         else:
             outs += s["outs"]
     assert outs

@@ -39,6 +39,8 @@ def list_checkpoints(folder: Path) -> list[tuple[int, Path]]:
         raise PolicyError(f"{folder} is not a checkpoint folder (run `alphagym train` first)")
     out = []
     for p in sorted(folder.iterdir()):
+        if p.name.startswith("."):        # tools' markers (Snakemake's .snakemake_timestamp in a directory output)
+            continue
         m = CHECKPOINT.match(p.name)
         if not m or not p.is_dir():
             raise PolicyError(f"{p}: not a checkpoint (expected folders named checkpoint-NNNNNN)")

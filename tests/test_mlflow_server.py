@@ -1,0 +1,91 @@
+"""The rung comparison as a user reads it: `mlflow server` on localhost against the project's store, and
+its REST API returning the rungs' runs (tags rung / parent / change, nested probe runs) and their metrics
+per step. Marked slow: it starts a server process."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from alphagym.tracking import stage_run
+
+BIN = Path(sys.executable).parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _post(url: str, body: dict) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def _get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+@pytest.mark.slow
+def test_mlflow_server_serves_the_rung_comparison(params, tmp_path):
+    p = dict(params, tracking=dict(params["tracking"], enabled=True))
+    for rung, parent, change, slope in (("dapo_all", "sft", "DAPO, LoRA, all briefs", 0.1),
+                                        ("cispo_all", "dapo_all", "loss DAPO -> CISPO", 0.3)):
+        with stage_run(f"train@{rung}", p) as run:
+            for k, v in (("rung", rung), ("parent", parent), ("change", change)):
+                run.set_tag(k, v)
+            for step in range(1, 6):
+                run.log_metrics({"core_score/mean": slope * step}, step=step)
+        with stage_run(f"probe@{rung}", p) as run:
+            run.set_tag("rung", rung)
+            assert run.nest_under(f"train@{rung}") is not None
+            run.log_metrics({"probe/train_cpcv": 1.0}, step=100)
+    port = _free_port()
+    db = Path(p["tracking"]["uri"]).resolve()
+    server = subprocess.Popen([str(BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{db}",
+                               "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}/api/2.0/mlflow"
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                exp = _get(f"{base}/experiments/get-by-name?experiment_name={p['tracking']['experiment']}")
+                break
+            except OSError:
+                if server.poll() is not None or time.time() > deadline:
+                    server.kill()
+                    pytest.fail(f"mlflow server did not come up: {server.stderr.read()[-2000:]}")
+                time.sleep(1)
+        exp_id = exp["experiment"]["experiment_id"]
+        found = _post(f"{base}/runs/search", {"experiment_ids": [exp_id],
+                                               "filter": "tags.`alphagym.stage` LIKE 'train@%'"})["runs"]
+        tags = {r["info"]["run_name"]: {t["key"]: t["value"] for t in r["data"]["tags"]} for r in found}
+        assert set(tags) == {"train@dapo_all", "train@cispo_all"}
+        assert tags["train@cispo_all"]["parent"] == "dapo_all"
+        assert tags["train@cispo_all"]["change"] == "loss DAPO -> CISPO"
+        run_id = {r["info"]["run_name"]: r["info"]["run_id"] for r in found}
+        hist = _get(f"{base}/metrics/get-history?run_id={run_id['train@cispo_all']}&metric_key=core_score/mean")
+        assert [(m["step"], round(m["value"], 6)) for m in hist["metrics"]] == [(s, round(0.3 * s, 6))
+                                                                                for s in range(1, 6)]
+        probes = _post(f"{base}/runs/search", {"experiment_ids": [exp_id],
+                                                "filter": "tags.`alphagym.stage` LIKE 'probe@%'"})["runs"]
+        parents = {r["info"]["run_name"]: {t["key"]: t["value"] for t in r["data"]["tags"]}["mlflow.parentRunId"]
+                   for r in probes}
+        assert parents == {"probe@dapo_all": run_id["train@dapo_all"], "probe@cispo_all": run_id["train@cispo_all"]}
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
