@@ -29,7 +29,7 @@ test: setup
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pytest -q
 
 lint: setup
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks tools
 	$(VENV)/bin/lint-imports
 
 bench: setup
