@@ -39,7 +39,7 @@ def main() -> int:
     ap.add_argument("--store", default="results/mlflow/mlflow.db")
     ap.add_argument("--experiment", default="alphagym")
     ap.add_argument("--out", default="docs/img/mlflow_compare.png")
-    ap.add_argument("--size", default="1500,1000")
+    ap.add_argument("--size", default="1700,1900")
     args = ap.parse_args()
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
@@ -63,9 +63,15 @@ def main() -> int:
         runs = _call(f"{base}/api/2.0/mlflow/runs/search",
                      {"experiment_ids": [exp_id], "filter": "tags.`alphagym.stage` LIKE 'train@%' and "
                       "attributes.status = 'FINISHED'", "max_results": 50})["runs"]
+        def steps(r: dict) -> int:
+            params = {p["key"]: p["value"] for p in r["data"].get("params", [])}
+            return int(params.get("rl.recipe.steps", 0))
+
         latest: dict[str, dict] = {}
-        for r in sorted(runs, key=lambda r: r["info"]["start_time"]):
-            latest[r["info"]["run_name"]] = r            # the latest finished run of each rung
+        # per rung, the latest finished run among those with the most steps (a shortened trial run of a rung
+        # does not stand in for it)
+        for r in sorted(runs, key=lambda r: (steps(r), r["info"]["start_time"])):
+            latest[r["info"]["run_name"]] = r
         ids = [r["info"]["run_id"] for r in latest.values()]
         if len(ids) < 2:
             sys.exit(f"fewer than two finished rungs in experiment {args.experiment!r}: {sorted(latest)}")
