@@ -190,7 +190,7 @@ def _markdown(params: Any, results: list[RungResult], rows: list[dict[str, Any]]
     md += ["### Books against the market (holdout year)", "",
            f"`book_mean_on_down_days`: mean daily return on the {int((ew or {}).get('down_days', 0))} days the "
            f"market fell more than {abs(params['books']['down_day']):.1%}.", "",
-           plots.table_md(book_rows, ("book", *BOOK_KEYS)), "",
+           plots.table_md(book_rows, ("book", *BOOK_KEYS), {"answers": ".0f"}), "",
            "![growth](figures/growth.png)", "", "![book vs market](figures/book_vs_market.png)", "",
            "## Training", "", "![curves](figures/training_curves.png)", "",
            "## Checkpoints", "", "![selector vs holdout](figures/selector_vs_holdout.png)", "",
