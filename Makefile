@@ -37,7 +37,8 @@ bench: setup
 
 # The DAG picture in the README (needs graphviz's `dot`: apt-get install graphviz).
 dag: setup
-	PATH=$(CURDIR)/$(VENV)/bin:$$PATH snakemake --dag --forceall | dot -Tpng -Gdpi=110 > docs/img/dag.png
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH snakemake --rulegraph --forceall | dot -Tpng -Gdpi=110 > docs/img/dag.png
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH snakemake --dag --forceall | dot -Tpng -Gdpi=110 > docs/img/dag_jobs.png
 
 mlflow-ui: setup
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/results/mlflow/mlflow.db
