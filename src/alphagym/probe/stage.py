@@ -11,29 +11,23 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numba
 import pandas as pd
-import torch
 from tqdm.auto import tqdm
 
 from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.generate import read_briefs
 from alphagym.panel import Panel
-from alphagym.params import apply_rung
-from alphagym.pipeline import split_replica
 from alphagym.probe.probe import answer_rows, holdout_phase, holdout_table, train_table
 from alphagym.probe.select import select_checkpoint
-from alphagym.rl.checkpoints import at_checkpoint, list_checkpoints, sft_base
+from alphagym.rl.checkpoints import at_checkpoint, list_checkpoints, rung_recipe, set_threads, sft_base
 from alphagym.tracking import StageRun
 from alphagym.verifier.verifier import Verifier
 
 
 def probe(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun, item: str) -> dict[str, Any]:
-    rung_name, _ = split_replica(item)
+    rung_name, _, recipe = rung_recipe(params, item)
     rung = params["rl"]["rungs"][rung_name]
-    recipe = apply_rung(params["rl"]["recipe"], rung, rung_name).model_dump()
-    torch.set_num_threads(int(recipe["torch_threads"]))
-    numba.set_num_threads(min(int(recipe["numba_threads"]), numba.config.NUMBA_NUM_THREADS))
+    set_threads(recipe)
     for k, v in (("rung", rung_name), ("parent", rung["parent"]), ("change", rung["change"]), ("item", item)):
         run.set_tag(k, v)
     run.nest_under(f"train@{item}")

@@ -1,4 +1,5 @@
-"""Reading a rung's checkpoints back as policies (for the probe and the report).
+"""What the train and probe stages both need of a rung: its recipe and thread budget, the SFT policy it
+starts from, and its checkpoints read back as policies.
 
 A rung trains an adapter on top of its SFT policy (with an SFT adapter merged in, as `build_trainer` does),
 so a checkpoint is that adapter alone: it is loaded onto the SFT policy rebuilt the same way. Step 0 is the
@@ -14,7 +15,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numba
+import torch
+
 from alphagym.errors import PolicyError
+from alphagym.params import apply_rung
+from alphagym.pipeline import split_replica
 from alphagym.policy.model import META, Policy, base_fingerprint, load_policy
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d{6})$")
@@ -22,8 +28,22 @@ CHECKPOINT = re.compile(r"^checkpoint-(\d{6})$")
 REQUIRED = ("adapter_config.json", "adapter_model.safetensors", META)
 
 
+def rung_recipe(params: Any, item: str) -> tuple[str, int, dict[str, Any]]:
+    """(rung, replica, recipe) of a family member `RUNG` or its seed replica `RUNG-sK`: `rl.recipe` with the
+    rung's `set` applied."""
+    rung, replica = split_replica(item)
+    return rung, replica, apply_rung(params["rl"]["recipe"], params["rl"]["rungs"][rung], rung).model_dump()
+
+
+def set_threads(recipe: Mapping[str, Any]) -> None:
+    """The recipe's thread budget: torch for sampling and updates, numba for scoring."""
+    torch.set_num_threads(int(recipe["torch_threads"]))
+    numba.set_num_threads(min(int(recipe["numba_threads"]), numba.config.NUMBA_NUM_THREADS))
+
+
 def sft_base(sft_policy: Path, policy_cfg: Mapping[str, Any]) -> Policy:
-    """The policy every rung starts from: the SFT policy with its adapter (if any) merged."""
+    """The policy every rung starts from: the SFT policy with its adapter (if any) merged, so the merged SFT
+    policy is the reference and a rung trains a fresh adapter on it."""
     policy = load_policy(sft_policy, policy_cfg)
     if policy.has_adapter:
         policy.model = policy.model.merge_and_unload()

@@ -14,7 +14,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import numba
 import torch
 from tqdm.auto import tqdm
 
@@ -22,9 +21,9 @@ from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.generate import read_briefs
 from alphagym.errors import PolicyError
 from alphagym.panel import Panel
-from alphagym.params import apply_rung
 from alphagym.pipeline import split_replica
-from alphagym.policy.model import load_policy, wrap_adapter
+from alphagym.policy.model import wrap_adapter
+from alphagym.rl.checkpoints import rung_recipe, set_threads, sft_base
 from alphagym.rl.env import VerifierEnv
 from alphagym.rl.plots import curves_figure
 from alphagym.rl.trainer import Trainer, latest_checkpoint
@@ -37,16 +36,10 @@ from alphagym.verifier.verifier import Verifier
 def build_trainer(params: Any, deps: dict[str, Path], item: str, work: Path | None,
                   log: Any = lambda m, s: None) -> Trainer:
     """The trainer of one rung, or of a seed replica `RUNG-sK` (the same rung with seed + K)."""
-    rung, replica = split_replica(item)
-    recipe = apply_rung(params["rl"]["recipe"], params["rl"]["rungs"][rung], rung).model_dump()
-    torch.set_num_threads(int(recipe["torch_threads"]))
-    numba.set_num_threads(min(int(recipe["numba_threads"]), numba.config.NUMBA_NUM_THREADS))
+    _, replica, recipe = rung_recipe(params, item)
+    set_threads(recipe)
     seed, cat = int(params["seed"]) + replica, load_catalogue()
-    policy = load_policy(deps["policy"], params["policy"])
-    if policy.has_adapter:
-        # an SFT adapter (SmolLM2, hf) is merged into the base: the merged SFT policy is the reference and
-        # the rung trains a fresh adapter on it
-        policy.model = policy.model.merge_and_unload()
+    policy = sft_base(deps["policy"], params["policy"])
     torch.manual_seed(seed)
     policy.model = wrap_adapter(policy.model, {**dict(params["policy"]["adapter"]), "kind": recipe["adapter"]})
     policy.max_new_tokens, policy.micro_batch = int(recipe["max_new_tokens"]), int(recipe["micro_batch"])
