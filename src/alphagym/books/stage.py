@@ -33,6 +33,7 @@ def books(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageR
     # times is scored once and weighted n times
     counts = valid.groupby("formula", sort=False).size()
     shipped = valid.drop_duplicates("formula")
+    # the probe keeps scores, not daily P&L series: the shipped formulas (a handful) are scored again here
     train_v = Verifier(Panel.read_parquet(deps["train"]), params)
     holdout_panel = Panel.read_parquet(deps["holdout"])
     holdout_v = Verifier(holdout_panel, params, window="holdout")
