@@ -515,6 +515,9 @@ class Policy(Section):
     max_new_tokens: Annotated[int, Field(ge=8, le=1024)] = Field(description="answer cap in tokens")
     micro_batch: PosInt = Field(description="sequences per forward pass")
     threads: Annotated[int, Field(ge=1, le=256)] = Field(description="torch threads")
+    decoding: Literal["grammar", "free"] = Field(
+        description="grammar: sample only tokens that keep the answer a parseable <alpha> formula; free: the "
+                    "model's plain distribution")
     adapter: Adapter
     tiny: TinyPolicy
     smollm2: PretrainedPolicy

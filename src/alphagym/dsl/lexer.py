@@ -17,6 +17,8 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
 _DIGITS = frozenset("0123456789")
 _NAME_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
 _OPERATORS = ("||", "&&", "<=", ">=", "==", "!=", "+", "-", "*", "/", "^", "<", ">", "?", ":", "(", ")", ",")
+_TWO = frozenset(op for op in _OPERATORS if len(op) == 2)
+_ONE = frozenset(op for op in _OPERATORS if len(op) == 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,13 +58,13 @@ def tokenize(text: str, max_tokens: int = 256, max_chars: int = 4096) -> list[To
             tokens.append(Token("name", m.group(0), i))
             i = m.end()
             continue
-        for op in _OPERATORS:
-            if text.startswith(op, i):
-                tokens.append(Token("op", op, i))
-                i += len(op)
-                break
-        else:
-            shown = ch if ch.isprintable() else repr(ch)
-            raise LexError(f"unexpected character {shown!r}", i, text)
+        op = text[i:i + 2]               # two-character operators first: '<=' is not '<' then '='
+        if op not in _TWO:
+            op = ch
+            if op not in _ONE:
+                shown = ch if ch.isprintable() else repr(ch)
+                raise LexError(f"unexpected character {shown!r}", i, text)
+        tokens.append(Token("op", op, i))
+        i += len(op)
     tokens.append(Token("end", "", n))
     return tokens

@@ -39,8 +39,15 @@ class Limits:
 
 
 class _Parser:
-    def __init__(self, text: str, limits: Limits) -> None:
-        self.text, self.limits = text, limits
+    """`prefix=True` is the grammar-constrained decoder's mode (`dsl.prefix`): every rule that the full
+    parse checks only at a call's closing ')' (unknown function, too many arguments, a window that is not a
+    literal in range, the lookback and depth limits) is checked as soon as the offending token appears, so a
+    prefix that parses up to its end can always be completed."""
+
+    def __init__(self, text: str, limits: Limits, prefix: bool = False,
+                 unavailable: frozenset[str] = frozenset()) -> None:
+        self.text, self.limits, self.prefix, self.unavailable = text, limits, prefix, unavailable
+        self.memo: dict[int, tuple[int, int]] = {}
         self.tokens: list[Token] = tokenize(text, limits.max_tokens, limits.max_chars)
         self.i = 0
         self.nest = 0
@@ -88,15 +95,15 @@ class _Parser:
         return cond
 
     _LEVELS = (("||",), ("&&",), ("<", "<=", ">", ">=", "==", "!="), ("+", "-"), ("*", "/"))
+    _PREC = {op: level for level, ops in enumerate(_LEVELS) for op in ops}
 
     def binary(self, level: int) -> Node:
-        if level == len(self._LEVELS):
-            return self.unary()
-        left = self.binary(level + 1)
-        while self.tok.kind == "op" and self.tok.text in self._LEVELS[level]:
+        """Precedence climbing over `_LEVELS`: the operators at `level` and tighter, left-associative."""
+        left = self.unary()
+        while self.tok.kind == "op" and self._PREC.get(self.tok.text, -1) >= level:
             op = self.tok.text
             self.i += 1
-            right = self.binary(level + 1)
+            right = self.binary(self._PREC[op] + 1)
             left = Call(INFIX[op], (left, right))
         return left
 
@@ -142,6 +149,8 @@ class _Parser:
     def name(self, tok: Token) -> Node:
         low = tok.text.lower()
         if low in FIELDS:
+            if low in self.unavailable:
+                raise UnknownNameError(f"field {tok.text!r} is not in this panel", tok.pos, self.text)
             return Field(low)
         m = _ADV.match(low)
         if m:
@@ -159,11 +168,14 @@ class _Parser:
     def call(self, tok: Token) -> Node:
         low = tok.text.lower()
         self.expect("(", "after a function name")
+        most = self.max_args(low, tok) if self.prefix else 0
         args: list[tuple[Node | str, Token]] = []
         if not self.accept(")"):
             while True:
                 start = self.tok
-                if start.kind == "name" and start.text.lower().startswith("indclass."):
+                if self.prefix and self.literal_slot(low, len(args)):
+                    args.append((self.literal(low, args), start))
+                elif start.kind == "name" and start.text.lower().startswith("indclass."):
                     self.i += 1
                     args.append((start.text.lower().split(".", 1)[1], start))
                 else:
@@ -171,7 +183,64 @@ class _Parser:
                 if self.accept(")"):
                     break
                 self.expect(",", "between arguments")
-        return self.build(low, tok, args)
+                if self.prefix and len(args) >= most:
+                    raise self.arity(low, tok, len(args) + 1, f"at most {most}")
+        node = self.build(low, tok, args)
+        if self.prefix:
+            d, lb = self.shape(node)
+            if d > self.limits.max_depth:
+                raise LimitError(f"expression depth exceeds {self.limits.max_depth}", tok.pos, self.text)
+            if lb > self.limits.max_lookback:
+                raise LimitError(f"total lookback exceeds {self.limits.max_lookback}", tok.pos, self.text)
+        return node
+
+    def shape(self, node: Node) -> tuple[int, int]:
+        """(depth, lookback) of a subtree, memoised over the parse: prefix mode asks it at every call, and
+        recomputing each subtree from scratch would make a parse quadratic in the formula's length."""
+        key = id(node)
+        if key not in self.memo:
+            if isinstance(node, Call):
+                kids = [self.shape(c) for c in node.args]
+                rule = OPS[node.op].lookback
+                own = node.window - 1 if rule == "window" else node.window if rule == "shift" else 0
+                self.memo[key] = (1 + max((k[0] for k in kids), default=0),
+                                  max((k[1] for k in kids), default=0) + own)
+            else:
+                self.memo[key] = (1, 0)
+        return self.memo[key]
+
+    # -- prefix mode only: the checks the full parse makes at ')', made at the token that breaks them --
+    def max_args(self, low: str, tok: Token) -> int:
+        """The most arguments `low` takes; an unknown function is an error at its name."""
+        if low in ("scale", "indneutralize"):
+            return 2
+        op = ALIASES.get(low, low)
+        spec = OPS.get(op)
+        if spec is None or spec.infix is not None or op in ("neg", "where"):
+            raise UnknownNameError(f"unknown function {tok.text!r}", tok.pos, self.text)
+        return spec.arity + (spec.kind == "ts")
+
+    def literal_slot(self, low: str, index: int) -> bool:
+        """Whether argument `index` of `low` must be a numeric literal (a window)."""
+        spec = OPS.get(ALIASES.get(low, low))
+        return spec is not None and spec.kind == "ts" and index == spec.arity
+
+    def literal(self, low: str, args: list) -> Num:
+        """The window argument: a literal in range whose lookback, added to its arguments', fits."""
+        tok = self.tok
+        if tok.kind != "num":
+            found = "end of formula" if tok.kind == "end" else repr(tok.text)
+            raise (ParseError if tok.kind == "end" else WindowError)(
+                f"the window of {low} must be a numeric literal, found {found}", tok.pos, self.text)
+        d = self.window_value(tok.value, tok, low)
+        spec = OPS[ALIASES.get(low, low)]
+        base = max((self.shape(a)[1] for a, _ in args if not isinstance(a, str)), default=0)
+        if base + (d - 1 if spec.lookback == "window" else d) > self.limits.max_lookback:
+            raise LimitError(f"total lookback exceeds {self.limits.max_lookback}", tok.pos, self.text)
+        self.i += 1
+        if not (self.tok.kind == "op" and self.tok.text == ")"):
+            self.expect(")", "after a window")
+        return Num(tok.value)
 
     def window_value(self, value: float, tok: Token, op: str) -> int:
         # a literal of 309+ digits reads as inf, and floor(inf) raises OverflowError: check finiteness first

@@ -3,7 +3,8 @@
 Formulas come from two seeded sources: a grammar sampler that composes the shapes alpha formulas take (a
 base quantity, one or two time-series transforms, a cross-sectional wrapper, sometimes a second piece
 combined with it) with windows near the catalogue's horizons, and mutations of the usable Alpha101 (windows
-rescaled, one field swapped). The verifier scores each on the train window; each valid one gets a brief it
+rescaled, one field swapped), every one written in plain form (`dsl.printer`: one name per operator,
+integer windows). The verifier scores each on the train window; each valid one gets a brief it
 satisfies: for every brief field, the catalogue options the compliance checker passes on this formula, one
 drawn at random (the mechanism and structure pair only from the training families). A formula no training
 family fits is dropped. Every pair is re-checked before it is kept.
@@ -25,6 +26,7 @@ from alphagym.dsl.alpha101 import alpha101
 from alphagym.dsl.canonical import canonical
 from alphagym.dsl.errors import DslError
 from alphagym.dsl.parser import Limits, parse
+from alphagym.dsl.printer import plain
 from alphagym.panel import DSL_FIELDS
 
 BASES = ["returns", "volume", "close", "vwap", "high - low", "(close - open) / (high - low + 0.001)",
@@ -83,16 +85,24 @@ def mutate_alpha(text: str, rng: np.random.Generator) -> str:
     return out
 
 
+def _plain(text: str) -> str:
+    """The text in plain form (`dsl.printer`); a text that does not parse is kept, and counted as such."""
+    try:
+        return plain(parse(text))
+    except DslError:
+        return text
+
+
 def candidates(n: int, seed: int, horizons: tuple[int, ...], alpha_share: float) -> list[str]:
-    """`n` distinct formula texts, `alpha_share` of them Alpha101 mutations."""
+    """`n` distinct formula texts in plain form, `alpha_share` of them Alpha101 mutations."""
     rng = np.random.default_rng([seed, 11])
     alphas = [a.text for a in alpha101(panel_fields=frozenset(DSL_FIELDS)) if a.usable]
     out, seen = [], set()
     for _ in range(n * 20):
         if len(out) == n:
             break
-        f = (mutate_alpha(alphas[int(rng.integers(len(alphas)))], rng) if rng.random() < alpha_share
-             else sample_formula(rng, horizons))
+        f = _plain(mutate_alpha(alphas[int(rng.integers(len(alphas)))], rng) if rng.random() < alpha_share
+                   else sample_formula(rng, horizons))
         if f not in seen:
             seen.add(f)
             out.append(f)

@@ -25,9 +25,19 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    LogitsProcessorList,
+    PreTrainedTokenizerBase,
+)
 
+from alphagym.dsl.parser import Limits
+from alphagym.dsl.prefix import PrefixChecker
 from alphagym.errors import PolicyError
+from alphagym.policy.grammar import GrammarSampler
 
 META = "alphagym_policy.json"
 SYSTEM_PROMPT = ("You design equity alphas. Answer with one formula in the alpha DSL inside <alpha>...</alpha>, "
@@ -147,6 +157,8 @@ class Policy:
     max_new_tokens: int
     system_prompt: str = SYSTEM_PROMPT
     micro_batch: int = 16
+    grammar: PrefixChecker | None = None       # set: grammar-constrained decoding (`set_decoding`)
+    decode_stats: dict[str, int] = field(default_factory=dict)   # the grammar sampler's draws, rejections
     _prefix_ids: list[int] | None = field(default=None, init=False, repr=False)
 
     @property
@@ -181,11 +193,19 @@ class Policy:
             chunk = prompts[i:i + self.micro_batch]
             enc = self.tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
             torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
+            processors = LogitsProcessorList()
+            sampler = None
+            if self.grammar is not None:
+                sampler = GrammarSampler(self.tokenizer, self.grammar, enc["input_ids"].shape[1], temperature)
+                processors.append(sampler)
             ids = self.model.generate(
                 **enc, max_new_tokens=self.max_new_tokens, do_sample=temperature > 0,
                 temperature=temperature if temperature > 0 else None, top_k=0 if temperature > 0 else None,
                 top_p=1.0 if temperature > 0 else None, pad_token_id=self.tokenizer.pad_token_id,
-                eos_token_id=self.tokenizer.eos_token_id)
+                eos_token_id=self.tokenizer.eos_token_id, logits_processor=processors)
+            if sampler is not None:
+                for k, v in sampler.stats.items():
+                    self.decode_stats[k] = self.decode_stats.get(k, 0) + v
             out += self.tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
         return [out[k * n:(k + 1) * n] for k in range(len(briefs))]
 
@@ -307,6 +327,14 @@ class Policy:
                 "max_new_tokens": self.max_new_tokens, "system_prompt": self.system_prompt, **(extra or {})}
         (path / META).write_text(json.dumps(meta, indent=1))
         return path
+
+
+def set_decoding(policy: Policy, params: Mapping[str, Any]) -> Policy:
+    """Grammar-constrained or free sampling, as `policy.decoding` says, with the `dsl.limits` the verifier
+    applies (so the decoder never allows what the verifier would refuse for its shape)."""
+    grammar = params["policy"]["decoding"] == "grammar"
+    policy.grammar = PrefixChecker(Limits.from_params(params["dsl"]["limits"])) if grammar else None
+    return policy
 
 
 def load_policy(path: str | Path, cfg: Mapping[str, Any] | None = None, trainable: bool = False) -> Policy:

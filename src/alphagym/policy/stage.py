@@ -19,7 +19,7 @@ from alphagym.dsl.parser import Limits
 from alphagym.panel import Panel
 from alphagym.policy.corpus import build_corpus
 from alphagym.policy.evaluate import answer_stats, evaluate_policy, random_valid_baseline
-from alphagym.policy.model import build_policy, load_policy
+from alphagym.policy.model import build_policy, load_policy, set_decoding
 from alphagym.policy.sft import train_sft
 from alphagym.tracking import StageRun
 from alphagym.verifier.verifier import Verifier
@@ -69,14 +69,29 @@ def sft(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun
     n_train = sum(p.numel() for p in policy.model.parameters() if p.requires_grad)
     report: dict[str, Any] = {"backend": item, "pairs": len(pairs), "parameters": n_params,
                               "trainable_parameters": n_train, "holdout_briefs": len(holdout)}
+    grammar = params["policy"]["decoding"] == "grammar"
+
+    def evaluate(key: str, seed: int) -> list:
+        """`key` with the configured decoding and, when that is the grammar, `key_free` without it: what
+        the model itself writes, and what the constrained sampler makes of it."""
+        set_decoding(policy, params)
+        report[key], rows = evaluate_policy(policy, holdout, verifier, cat, tol, int(ev["samples"]),
+                                            float(ev["temperature"]), seed)
+        report[key]["decode_rejected_share"] = (policy.decode_stats.get("rejections", 0)
+                                                / max(1, policy.decode_stats.get("draws", 0)))
+        policy.decode_stats.clear()
+        if grammar:
+            policy.grammar = None
+            report[f"{key}_free"], _ = evaluate_policy(policy, holdout, verifier, cat, tol, int(ev["samples"]),
+                                                       float(ev["temperature"]), seed)
+        return rows
+
     if item != "tiny":       # a pretrained model before SFT: the zero-shot baseline
-        report["before"], _ = evaluate_policy(policy, holdout, verifier, cat, tol, int(ev["samples"]),
-                                              float(ev["temperature"]), seed)
+        evaluate("before", seed)
     curve = train_sft(policy, list(pairs["brief"]), list(pairs["answer"]), scfg, seed,
                       log=lambda m, s: run.log_metrics({f"sft/{k}": v for k, v in m.items()}, step=s),
                       progress=lambda it: tqdm(it, desc=f"sft {item}", unit="step", mininterval=2))
-    report["after"], rows = evaluate_policy(policy, holdout, verifier, cat, tol, int(ev["samples"]),
-                                            float(ev["temperature"]), seed + 1)
+    rows = evaluate("after", seed + 1)
     report["random_valid_baseline"] = random_valid_baseline(
         list(pairs["formula"]), holdout, cat, tol, int(ev["samples"]), seed,
         Limits.from_params(params["dsl"]["limits"]))
@@ -91,6 +106,8 @@ def sft(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun
 
     sft_figure(curve, report, outs["curve"])
     run.log_metrics({f"holdout/{k}": v for k, v in report["after"].items()})
+    if grammar:
+        run.log_metrics({f"holdout_free/{k}": v for k, v in report["after_free"].items()})
     run.log_artifact(outs["report"])
     run.log_artifact(outs["curve"])
     return {"pairs": len(pairs), **{f"after_{k}": v for k, v in report["after"].items()}}
@@ -115,7 +132,7 @@ def filter_briefs(params: Any, deps: dict[str, Path], outs: dict[str, Path], run
     cfg, cat, seed = params["filter"], load_catalogue(), int(params["seed"])
     torch.set_num_threads(int(params["policy"]["threads"]))
     briefs = read_briefs(deps["briefs_train"], cat)
-    policy = load_policy(deps["policy"], params["policy"])
+    policy = set_decoding(load_policy(deps["policy"], params["policy"]), params)
     verifier = _verifier(params, deps["train"])
     tol = float(params["briefs"]["horizon_tolerance"])
     answers = policy.generate([b["text"] for b in briefs], n=int(cfg["samples"]), temperature=float(cfg["temperature"]),

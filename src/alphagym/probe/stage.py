@@ -34,7 +34,7 @@ def probe(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageR
     cat, tol, seed = load_catalogue(), float(params["briefs"]["horizon_tolerance"]), int(params["seed"])
     briefs = read_briefs(deps["briefs_holdout"], cat)
     checkpoints = [(0, None), *list_checkpoints(deps["checkpoints"])]
-    base = sft_base(deps["policy"], params["policy"])
+    base = sft_base(deps["policy"], params)
     base.max_new_tokens, base.micro_batch = int(recipe["max_new_tokens"]), int(recipe["micro_batch"])
 
     # phase 1: greedy answers, scored on the train window only

@@ -21,7 +21,7 @@ import torch
 from alphagym.errors import PolicyError
 from alphagym.params import apply_rung
 from alphagym.pipeline import split_replica
-from alphagym.policy.model import META, Policy, base_fingerprint, load_policy
+from alphagym.policy.model import META, Policy, base_fingerprint, load_policy, set_decoding
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d{6})$")
 # what `Trainer.save_checkpoint` writes; a folder without one of these is incomplete
@@ -41,14 +41,14 @@ def set_threads(recipe: Mapping[str, Any]) -> None:
     numba.set_num_threads(min(int(recipe["numba_threads"]), numba.config.NUMBA_NUM_THREADS))
 
 
-def sft_base(sft_policy: Path, policy_cfg: Mapping[str, Any]) -> Policy:
+def sft_base(sft_policy: Path, params: Mapping[str, Any]) -> Policy:
     """The policy every rung starts from: the SFT policy with its adapter (if any) merged, so the merged SFT
-    policy is the reference and a rung trains a fresh adapter on it."""
-    policy = load_policy(sft_policy, policy_cfg)
+    policy is the reference and a rung trains a fresh adapter on it; decoding as `policy.decoding` says."""
+    policy = load_policy(sft_policy, params["policy"])
     if policy.has_adapter:
         policy.model = policy.model.merge_and_unload()
     policy.model.eval()
-    return policy
+    return set_decoding(policy, params)
 
 
 def list_checkpoints(folder: Path) -> list[tuple[int, Path]]:
@@ -88,4 +88,5 @@ def at_checkpoint(base: Policy, checkpoint: Path | None) -> Policy:
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise PolicyError(f"cannot load the adapter in {checkpoint}: {type(exc).__name__}: {exc}") from exc
     model.eval()
-    return Policy(model, base.tokenizer, base.backend, base.max_new_tokens, base.system_prompt, base.micro_batch)
+    return Policy(model, base.tokenizer, base.backend, base.max_new_tokens, base.system_prompt, base.micro_batch,
+                  base.grammar)

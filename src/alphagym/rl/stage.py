@@ -39,7 +39,7 @@ def build_trainer(params: Any, deps: dict[str, Path], item: str, work: Path | No
     _, replica, recipe = rung_recipe(params, item)
     set_threads(recipe)
     seed, cat = int(params["seed"]) + replica, load_catalogue()
-    policy = sft_base(deps["policy"], params["policy"])
+    policy = sft_base(deps["policy"], params)
     torch.manual_seed(seed)
     policy.model = wrap_adapter(policy.model, {**dict(params["policy"]["adapter"]), "kind": recipe["adapter"]})
     policy.max_new_tokens, policy.micro_batch = int(recipe["max_new_tokens"]), int(recipe["micro_batch"])

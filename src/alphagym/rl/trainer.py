@@ -111,6 +111,11 @@ class Trainer:
         scored = [self.env.score(a, b) for a, b in zip(answers, briefs)]
         t2 = time.perf_counter()
         timing = {"time/generation": t1 - t0, "time/scoring": t2 - t1}
+        if self.policy.grammar is not None:      # how hard the grammar sampler had to steer this step
+            st = self.policy.decode_stats
+            timing["decoding/rejected_share"] = st.get("rejections", 0) / max(1, st.get("draws", 0))
+            timing["decoding/dead_ends"] = float(st.get("dead_ends", 0))
+            st.clear()
         rounds = replaced = 0
         if self.cfg["refill"]["enabled"]:
             for r in range(int(self.cfg["refill"]["max_rounds"])):

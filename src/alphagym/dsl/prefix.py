@@ -1,0 +1,105 @@
+"""Viable prefixes of an answer: can this text still become `<alpha>FORMULA</alpha>` with a formula that
+parses? The grammar-constrained decoder (`policy.decoding: grammar`) asks it of every token it samples.
+
+A prefix is viable when the parser, in prefix mode, either accepts it as a complete formula or fails only
+because the text ended (the error is at the end position). Prefix mode checks at the breaking token what
+the full parse checks at a call's closing ')' (unknown function, too many arguments, a window that is not
+a literal in [1, max_window], the depth and lookback limits), so a viable prefix always has a completion:
+the decoder never walks into a dead end it cannot leave. A name cut off at the end ("ts_co") is viable
+when some field or function starts with it; it is tried completed as a field and as a call. What the
+parser cannot see is left to the verifier: a formula may still parse and carry no signal.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from alphagym.dsl.errors import DslError
+from alphagym.dsl.parser import Limits, _Parser, parse
+from alphagym.dsl.registry import ALIASES, FIELDS, GROUPS, OPS
+from alphagym.panel import DSL_FIELDS
+
+OPEN, CLOSE = "<alpha>", "</alpha>"
+_PARTIAL_NAME = re.compile(r"(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]*)?$")
+_FUNCTIONS = tuple(sorted({*(n for n, s in OPS.items() if s.infix is None and n not in ("neg", "where")),
+                           *ALIASES}))
+_HALF_NUMBER = re.compile(r"((?<![0-9A-Za-z_.])\.|[0-9.][eE][+-]?)$")
+_HALF_OPERATOR = {"|": "|", "&": "&", "!": "=", "=": "="}
+_INDCLASS = tuple(f"indclass.{g}" for g in GROUPS)
+
+
+class PrefixChecker:
+    """`state(text)` of an answer being written: 'dead', 'open' (viable, not finished) or 'done'
+    (`<alpha>FORMULA</alpha>` with a formula that parses; only the end token may follow). Fields the panel
+    lacks (`cap` unless it carries it) are unknown names here, as they are to the verifier."""
+
+    def __init__(self, limits: Limits | None = None, fields: tuple[str, ...] = DSL_FIELDS) -> None:
+        self.limits = limits or Limits()
+        self.fields = tuple(f for f in FIELDS if f in fields)
+        self.unavailable = frozenset(FIELDS) - frozenset(self.fields)
+        self.state = lru_cache(maxsize=200_000)(self._state)
+
+    def _state(self, text: str) -> str:
+        s = text.lstrip()
+        if len(s) < len(OPEN):
+            return "open" if OPEN.startswith(s) else "dead"
+        if not s.startswith(OPEN):
+            return "dead"
+        body = s[len(OPEN):]
+        end = body.find(CLOSE)
+        if end >= 0:
+            return "done" if body[end + len(CLOSE):] == "" and self.complete(body[:end]) else "dead"
+        if self.viable(body):
+            return "open"
+        lt = body.rfind("<")           # '<' is also the DSL's less-than: try it as the closing tag's start
+        if lt >= 0 and CLOSE.startswith(body[lt:]) and self.complete(body[:lt]):
+            return "open"
+        return "dead"
+
+    def complete(self, formula: str) -> bool:
+        """The formula parses in full (limits included) and reads only fields the panel has."""
+        if not formula.strip():
+            return False
+        try:
+            _Parser(formula, self.limits, prefix=True, unavailable=self.unavailable).parse()
+            parse(formula, self.limits)
+        except DslError:
+            return False
+        return True
+
+    def viable(self, formula: str) -> bool:
+        """Some continuation of `formula` parses."""
+        m = _PARTIAL_NAME.search(formula)
+        if m is None:
+            if self._parses_to_end(formula):
+                return True
+            # a token cut in half ('|' of '||', '!' of '!=', '.' of '.5', '1e-' of '1e-5'): try it completed
+            half = "1" if _HALF_NUMBER.search(formula) else _HALF_OPERATOR.get(formula[-1:])
+            return half is not None and self._parses_to_end(formula + half)
+        head, name = formula[: m.start()], m.group(0).lower()
+        return any(self._parses_to_end(head + c) for c in self._completions(name))
+
+    def _completions(self, name: str) -> list[str]:
+        """One field-like and one call-like completion of a cut-off name (which one does not matter to the
+        parser), plus the adv and IndClass forms."""
+        out = []
+        field = next((f for f in self.fields if f.startswith(name)), None)
+        if field:
+            out.append(field)
+        fn = next((f for f in _FUNCTIONS if f.startswith(name)), None)
+        if fn:
+            out.append(fn + "(")
+        if "adv20".startswith(name):
+            out.append("adv20")
+        elif re.fullmatch(r"adv\d+", name):
+            out.append(name)
+        out += [c for c in _INDCLASS if c.startswith(name)][:1]
+        return out
+
+    def _parses_to_end(self, formula: str) -> bool:
+        try:
+            _Parser(formula, self.limits, prefix=True, unavailable=self.unavailable).parse()
+        except DslError as exc:
+            return exc.pos == len(formula)
+        return True
