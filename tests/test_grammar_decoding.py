@@ -38,6 +38,8 @@ CHECK = PrefixChecker()
     ("<alpha>ts_sum(ts_mean(close, 200), 10", "open"),
     ("<alpha>rank(cap", "dead"),                             # a field the panel lacks
     ("<alpha>ts_mean(close)", "dead"),                       # too few arguments (refused at ')')
+    ("<alpha>indneutralize(close, 35", "dead"), ("<alpha>indneutralize(close, IndClass.sec", "open"),
+    ("<alpha>scale(close, rank(", "dead"), ("<alpha>scale(close, -", "open"),
 ])
 def test_prefix_states(text, state):
     assert CHECK.state(text) == state
@@ -116,7 +118,8 @@ def test_untrained_policy_writes_only_viable_answers_under_the_grammar():
     cfg = {"threads": 1, "max_new_tokens": 40, "micro_batch": 8, "adapter": {},
            "tiny": {"vocab_size": 400, "hidden_size": 32, "intermediate_size": 64, "layers": 2, "heads": 4,
                     "kv_heads": 2, "max_positions": 256, "adapter": "none"}}
-    texts = ["<alpha>rank(ts_std(volume, 21) / ts_mean(volume, 21))</alpha>", "<alpha>rank(-ts_delta(close, 5))</alpha>"]
+    texts = ["<alpha>rank(ts_std(volume, 21) / ts_mean(volume, 21))</alpha>",
+             "<alpha>rank(-ts_delta(close, 5))</alpha>"]
     pol = build_policy("tiny", cfg, ["Design an alpha."] * 20 + texts * 20, seed=0)
     free = [a for g in pol.generate(["Design an alpha."], n=8, temperature=1.0, seed=1) for a in g]
     pol.grammar = PrefixChecker(Limits())

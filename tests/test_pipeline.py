@@ -385,6 +385,7 @@ def _killed_rung_resumes(work: Path) -> None:
 
     want = steps(logged)
     assert [r["step"] for r in want] == [1, 2, 3, 4]
+    assert all(0 <= r["decoding/rejected_share"] < 1 for r in want)     # rollouts under the grammar (default)
     wdir = work / "results/rl/tiny/cispo_repo/work"
     kill_after_first_checkpoint()
     assert (wdir / "checkpoint-000002").is_dir() and not (work / "results/rl/tiny/cispo_repo/summary.json").exists()

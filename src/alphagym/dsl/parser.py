@@ -221,26 +221,42 @@ class _Parser:
         return spec.arity + (spec.kind == "ts")
 
     def literal_slot(self, low: str, index: int) -> bool:
-        """Whether argument `index` of `low` must be a numeric literal (a window)."""
+        """Whether argument `index` of `low` must be a literal: a window, scale's target, a group."""
+        if low in ("scale", "indneutralize"):
+            return index == 1
         spec = OPS.get(ALIASES.get(low, low))
         return spec is not None and spec.kind == "ts" and index == spec.arity
 
-    def literal(self, low: str, args: list) -> Num:
-        """The window argument: a literal in range whose lookback, added to its arguments', fits."""
-        tok = self.tok
-        if tok.kind != "num":
-            found = "end of formula" if tok.kind == "end" else repr(tok.text)
-            raise (ParseError if tok.kind == "end" else WindowError)(
-                f"the window of {low} must be a numeric literal, found {found}", tok.pos, self.text)
-        d = self.window_value(tok.value, tok, low)
-        spec = OPS[ALIASES.get(low, low)]
-        base = max((self.shape(a)[1] for a, _ in args if not isinstance(a, str)), default=0)
-        if base + (d - 1 if spec.lookback == "window" else d) > self.limits.max_lookback:
-            raise LimitError(f"total lookback exceeds {self.limits.max_lookback}", tok.pos, self.text)
+    def literal(self, low: str, args: list) -> Num | str:
+        """A literal argument and the ')' after it: a window in range whose lookback, added to its
+        arguments', fits; scale's numeric target; indneutralize's IndClass group."""
+        tok, sign = self.tok, 1.0
+        if low == "scale" and tok.kind == "op" and tok.text == "-":     # scale(x, -1) reads as a literal
+            self.i += 1
+            tok, sign = self.tok, -1.0
+        if tok.kind == "end":
+            raise ParseError(f"expected the last argument of {low}, found end of formula", tok.pos, self.text)
+        if low == "indneutralize":
+            group = tok.text.lower().split(".", 1)[1] if tok.text.lower().startswith("indclass.") else None
+            if tok.kind != "name" or group not in GROUPS:
+                raise ParseError(f"second argument of indneutralize must be IndClass.{{{','.join(GROUPS)}}}",
+                                 tok.pos, self.text)
+            value: Num | str = group
+        elif tok.kind != "num":
+            raise WindowError(f"the last argument of {low} must be a numeric literal, found {tok.text!r}",
+                              tok.pos, self.text)
+        else:
+            value = Num(sign * tok.value)
+            if low != "scale":
+                d = self.window_value(tok.value, tok, low)
+                spec = OPS[ALIASES.get(low, low)]
+                base = max((self.shape(a)[1] for a, _ in args if not isinstance(a, str)), default=0)
+                if base + (d - 1 if spec.lookback == "window" else d) > self.limits.max_lookback:
+                    raise LimitError(f"total lookback exceeds {self.limits.max_lookback}", tok.pos, self.text)
         self.i += 1
         if not (self.tok.kind == "op" and self.tok.text == ")"):
-            self.expect(")", "after a window")
-        return Num(tok.value)
+            self.expect(")", "after the last argument")
+        return value
 
     def window_value(self, value: float, tok: Token, op: str) -> int:
         # a literal of 309+ digits reads as inf, and floor(inf) raises OverflowError: check finiteness first
