@@ -24,6 +24,9 @@ OPEN, CLOSE = "<alpha>", "</alpha>"
 _PARTIAL_NAME = re.compile(r"(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]*)?$")
 _FUNCTIONS = tuple(sorted({*(n for n, s in OPS.items() if s.infix is None and n not in ("neg", "where")),
                            *ALIASES}))
+# tried in this order when finishing an answer: close what is open, then supply what is missing
+_CLOSING_PIECES = (CLOSE, ")", ", 5", ", 1", " : 0", " 1", "1", ", IndClass.sector", "IndClass.sector", " close",
+                   "|", "&", "=")
 _HALF_NUMBER = re.compile(r"((?<![0-9A-Za-z_.])\.|[0-9.][eE][+-]?)$")
 _HALF_OPERATOR = {"|": "|", "&": "&", "!": "=", "=": "="}
 _INDCLASS = tuple(f"indclass.{g}" for g in GROUPS)
@@ -56,6 +59,31 @@ class PrefixChecker:
         if lt >= 0 and CLOSE.startswith(body[lt:]) and self.complete(body[:lt]):
             return "open"
         return "dead"
+
+    def completion(self, text: str, max_pieces: int = 64) -> str | None:
+        """A short suffix that finishes an open answer (`text + suffix` is done), or None. Greedy: finish a
+        cut-off name or token, then append the first of a few closing pieces (`</alpha>`, `)`, a window, an
+        operand, the rest of a ternary, a group) that keeps the answer viable, until it is done. What the
+        grammar sampler writes when an answer reaches the last part of its token budget still open."""
+        if self.state(text) != "open":
+            return None
+        out = text
+        if len(out.lstrip()) < len(OPEN):
+            out += OPEN[len(out.lstrip()):]
+        for _ in range(max_pieces):
+            if self.state(out) == "done":
+                return out[len(text):]
+            for k in range(len(CLOSE) - 1, 0, -1):               # a cut-off closing tag
+                if out.endswith(CLOSE[:k]) and self.state(out + CLOSE[k:]) == "done":
+                    return out[len(text):] + CLOSE[k:]
+            m = _PARTIAL_NAME.search(out)
+            names = [out[: m.start()] + c for c in self._completions(m.group(0).lower())] if m else []
+            steps = [*names, *(out + p for p in _CLOSING_PIECES)]
+            nxt = next((t for t in steps if t != out and self.state(t) != "dead"), None)
+            if nxt is None:
+                return None
+            out = nxt
+        return None
 
     def complete(self, formula: str) -> bool:
         """The formula parses in full (limits included) and reads only fields the panel has."""

@@ -12,9 +12,11 @@ too slow on a CPU). Greedy decoding is the same walk without noise. After `scan`
 answer ends (it will score as invalid; `dead_ends` counts it). The processor returns logits with one finite
 entry, so `generate`'s own sampler picks that token.
 
-Used for RL rollouts too, the trainer's log-probabilities are the unconstrained model's: the behaviour
-policy is the model restricted to viable tokens, and the loss raises the model's own probability of the
-tokens that earned advantage (the same practice as guided decoding in served RL rollouts).
+Closing: an answer still open when the last quarter of `max_new_tokens` begins (at least 8 tokens) would be
+cut at the cap and score invalid. It is finished there with the shortest completion the checker finds
+(`PrefixChecker.completion`: close what is open, supply a missing window or operand, then `</alpha>`),
+written token by token, then the end token. This touches only answers already longer than nearly every
+training formula; `forced` counts them.
 """
 
 from __future__ import annotations
@@ -27,10 +29,13 @@ from alphagym.dsl.prefix import PrefixChecker
 
 class GrammarSampler(LogitsProcessor):
     def __init__(self, tokenizer: PreTrainedTokenizerBase, checker: PrefixChecker, prompt_len: int,
-                 temperature: float, scan: int = 256) -> None:
+                 temperature: float, max_new_tokens: int = 0, scan: int = 256) -> None:
         self.checker, self.start, self.temperature = checker, prompt_len, temperature
         self.tokenizer, self.eos, self.scan = tokenizer, tokenizer.eos_token_id, scan
-        self.stats = {"draws": 0, "rejections": 0, "dead_ends": 0}
+        # the last quarter of the budget (at least 8 tokens) is for closing; 0: never
+        self.closing_from = max_new_tokens - max(8, max_new_tokens // 4) if max_new_tokens else 1 << 30
+        self.forced: dict[int, list[int]] = {}       # batch row -> the completion's tokens still to write
+        self.stats = {"draws": 0, "rejections": 0, "dead_ends": 0, "forced": 0}
 
     def _text(self, ids: list[int]) -> str:
         # decoded as `Policy.generate` decodes the answer: a token's text can depend on its neighbours
@@ -47,8 +52,8 @@ class GrammarSampler(LogitsProcessor):
         if self.temperature > 0:
             u = torch.rand(keys.shape).clamp_(min=1e-12)
             keys = keys / self.temperature - torch.log(-torch.log(u))
-        first = int(torch.argmax(keys))
         self.stats["draws"] += 1
+        first = int(torch.argmax(keys))
         if self._ok(row, first):
             return first
         self.stats["rejections"] += 1
@@ -61,11 +66,25 @@ class GrammarSampler(LogitsProcessor):
         self.stats["dead_ends"] += 1
         return self.eos
 
+    def _next_forced(self, b: int, row: list[int]) -> int | None:
+        """The next token of row `b`'s forced completion (computed when its closing phase begins)."""
+        if b not in self.forced and len(row) >= self.closing_from:
+            text = self._text(row)
+            suffix = self.checker.completion(text) if self.checker.state(text) == "open" else None
+            self.forced[b] = ([*self.tokenizer(suffix, add_special_tokens=False)["input_ids"], self.eos]
+                              if suffix is not None else [])
+            self.stats["forced"] += suffix is not None
+        queue = self.forced.get(b)
+        if queue and self._ok(row, queue[0]):
+            return queue.pop(0)
+        return None
+
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         out = torch.full_like(scores, float("-inf"))
         for b, row in enumerate(input_ids[:, self.start:].tolist()):
             if self.eos in row:                   # finished: generate pads it whatever is chosen
                 out[b, self.eos] = 0.0
                 continue
-            out[b, self.choose(row, scores[b])] = 0.0
+            tok = self._next_forced(b, row)
+            out[b, self.choose(row, scores[b]) if tok is None else tok] = 0.0
         return out

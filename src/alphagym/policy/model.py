@@ -196,7 +196,8 @@ class Policy:
             processors = LogitsProcessorList()
             sampler = None
             if self.grammar is not None:
-                sampler = GrammarSampler(self.tokenizer, self.grammar, enc["input_ids"].shape[1], temperature)
+                sampler = GrammarSampler(self.tokenizer, self.grammar, enc["input_ids"].shape[1], temperature,
+                                         self.max_new_tokens)
                 processors.append(sampler)
             ids = self.model.generate(
                 **enc, max_new_tokens=self.max_new_tokens, do_sample=temperature > 0,
