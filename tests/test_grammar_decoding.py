@@ -71,6 +71,21 @@ def test_no_prefix_of_a_valid_answer_is_refused():
         assert CHECK.state(ans) == "done", f
 
 
+def test_completion_finishes_every_open_prefix():
+    """`completion` finishes any viable prefix of a valid answer (the closing the sampler writes when an
+    answer reaches the last quarter of its budget), with a suffix much shorter than the answer."""
+    for f in _valid_texts()[::6]:
+        ans = f"<alpha>{f}</alpha>"
+        for k in range(len(ans)):
+            suffix = CHECK.completion(ans[:k])
+            assert suffix is not None, ans[:k]
+            assert CHECK.state(ans[:k] + suffix) == "done", (ans[:k], suffix)
+    assert CHECK.completion("<alpha>rank(ts_corr(close") == ", 5, 5))</alpha>"
+    assert CHECK.completion("<alpha>close ?") == " 1 : 0</alpha>"
+    assert CHECK.completion("<alpha>rank(close)</alpha>") is None          # done: nothing to add
+    assert CHECK.completion("<alpha>foo(") is None                         # dead: nothing finishes it
+
+
 def test_plain_printer_round_trips():
     texts = _valid_texts()
     for t in texts:
@@ -87,6 +102,7 @@ class _Tok:
     """A tokenizer of single characters, enough for the sampler: token i is CHARS[i], the last is the end."""
     CHARS = ["<alpha>", "</alpha>", "close", "rank(", ")", "x", "open", " + "]
     eos_token_id = len(CHARS)
+    all_special_ids = [len(CHARS)]
 
     def decode(self, ids, skip_special_tokens=True):
         return "".join(self.CHARS[i] for i in ids if i != self.eos_token_id)
@@ -115,7 +131,7 @@ def test_sampler_draws_from_the_renormalised_viable_distribution():
 
 
 def test_untrained_policy_writes_only_viable_answers_under_the_grammar():
-    cfg = {"threads": 1, "max_new_tokens": 40, "micro_batch": 8, "adapter": {},
+    cfg = {"threads": 1, "max_new_tokens": 48, "micro_batch": 8, "adapter": {},
            "tiny": {"vocab_size": 400, "hidden_size": 32, "intermediate_size": 64, "layers": 2, "heads": 4,
                     "kv_heads": 2, "max_positions": 256, "adapter": "none"}}
     texts = ["<alpha>rank(ts_std(volume, 21) / ts_mean(volume, 21))</alpha>",
@@ -129,3 +145,6 @@ def test_untrained_policy_writes_only_viable_answers_under_the_grammar():
     assert sum(CHECK.state(a) == "dead" for a in free) >= 6          # untrained: gibberish
     assert all(CHECK.state(a) != "dead" for a in ruled), ruled       # constrained: viable (or cut at the cap)
     assert pol.decode_stats["rejections"] > 0
+    # an untrained model rambles: its answers are closed by the forced completion in their last 12 tokens
+    assert pol.decode_stats["forced"] >= 4
+    assert sum(CHECK.state(a) == "done" for a in ruled) >= 4, ruled

@@ -21,13 +21,14 @@ from alphagym.dsl.registry import ALIASES, FIELDS, GROUPS, OPS
 from alphagym.panel import DSL_FIELDS
 
 OPEN, CLOSE = "<alpha>", "</alpha>"
-_PARTIAL_NAME = re.compile(r"(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]*)?$")
+_LEADING_SPACE = 4            # a chat model may start with a space or a newline; not with a page of them
+_PARTIAL_NAME = re.compile(r"(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]*)?\Z")
 _FUNCTIONS = tuple(sorted({*(n for n, s in OPS.items() if s.infix is None and n not in ("neg", "where")),
                            *ALIASES}))
 # tried in this order when finishing an answer: close what is open, then supply what is missing
 _CLOSING_PIECES = (CLOSE, ")", ", 5", ", 1", " : 0", " 1", "1", ", IndClass.sector", "IndClass.sector", " close",
                    "|", "&", "=")
-_HALF_NUMBER = re.compile(r"((?<![0-9A-Za-z_.])\.|[0-9.][eE][+-]?)$")
+_HALF_NUMBER = re.compile(r"((?<![0-9A-Za-z_.])\.|[0-9.][eE][+-]?)\Z")     # \Z: `$` also matches before a final newline
 _HALF_OPERATOR = {"|": "|", "&": "&", "!": "=", "=": "="}
 _INDCLASS = tuple(f"indclass.{g}" for g in GROUPS)
 
@@ -44,7 +45,9 @@ class PrefixChecker:
         self.state = lru_cache(maxsize=200_000)(self._state)
 
     def _state(self, text: str) -> str:
-        s = text.lstrip()
+        s = text.lstrip(" \t\n")
+        if len(text) - len(s) > _LEADING_SPACE:
+            return "dead"
         if len(s) < len(OPEN):
             return "open" if OPEN.startswith(s) else "dead"
         if not s.startswith(OPEN):
@@ -68,8 +71,8 @@ class PrefixChecker:
         if self.state(text) != "open":
             return None
         out = text
-        if len(out.lstrip()) < len(OPEN):
-            out += OPEN[len(out.lstrip()):]
+        if len(out.lstrip(" \t\n")) < len(OPEN):
+            out += OPEN[len(out.lstrip(" \t\n")):]
         for _ in range(max_pieces):
             if self.state(out) == "done":
                 return out[len(text):]

@@ -32,6 +32,8 @@ class GrammarSampler(LogitsProcessor):
                  temperature: float, max_new_tokens: int = 0, scan: int = 256) -> None:
         self.checker, self.start, self.temperature = checker, prompt_len, temperature
         self.tokenizer, self.eos, self.scan = tokenizer, tokenizer.eos_token_id, scan
+        # special tokens decode to nothing, so the text would not show them: refused (but the end token)
+        self.special = frozenset(tokenizer.all_special_ids) - {self.eos}
         # the last quarter of the budget (at least 8 tokens) is for closing; 0: never
         self.closing_from = max_new_tokens - max(8, max_new_tokens // 4) if max_new_tokens else 1 << 30
         self.forced: dict[int, list[int]] = {}       # batch row -> the completion's tokens still to write
@@ -43,6 +45,8 @@ class GrammarSampler(LogitsProcessor):
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def _ok(self, row: list[int], tok: int) -> bool:
+        if tok in self.special:
+            return False
         if tok == self.eos:
             return self.checker.state(self._text(row)) == "done"
         return self.checker.state(self._text([*row, tok])) != "dead"
