@@ -21,7 +21,7 @@ from alphagym.params import Params
 DEFAULT_PARAMS = Path("params.yaml")
 
 
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+class _Loader(yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader):
     """SafeLoader with YAML 1.2 floats: PyYAML (YAML 1.1) reads `1e6` or `1.0e6` as a string, while DVC's
     parser reads a float; this loader reads a float too, so a user's edit cannot silently become text.
     libyaml's parser where PyYAML has it (ten times faster on params.yaml: every command reads it)."""
