@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from alphagym.pipeline import COMMON_CODE, code_hash, expand, params_values, stage_table
+from alphagym.pipeline import COMMON_CODE, code_hash, dvc_yaml, expand, params_values, stage_table
 
 RESULTS_ROOT = str(PARAMS["paths"]["results"])
 
@@ -64,6 +64,11 @@ onsuccess:
     dvc = shutil.which("dvc")
     if dvc is None or not Path(".dvc").is_dir():
         print("alphagym: not a DVC repository (or no dvc on PATH): dvc.lock not updated")
+    elif not Path("dvc.yaml").is_file() or Path("dvc.yaml").read_text() != dvc_yaml(PARAMS, STAGE_ROWS):
+        # dvc.yaml's stages have this run's names but another profile's paths: committing them would
+        # record outputs this run did not write
+        print("alphagym: dvc.yaml describes another profile or ladder than this run (render it with "
+              "`alphagym dag --write-dvc dvc.yaml --set profile=NAME`): dvc.lock not updated")
     else:
         done = [key for key, s in stage_table(PARAMS, STAGE_ROWS).items()
                 if all(Path(p).exists() for p in s.outs.values())]
