@@ -22,6 +22,7 @@ from alphagym.briefs.generate import read_briefs
 from alphagym.config import load_params, results_dir
 from alphagym.panel import Panel
 from alphagym.policy.evaluate import evaluate_policy
+from alphagym.policy.grammar import rejected_share
 from alphagym.policy.model import build_policy, load_policy, set_decoding
 from alphagym.verifier.verifier import Verifier
 
@@ -57,7 +58,7 @@ def main() -> None:
             d = policy.decode_stats
             print(json.dumps({"policy": args.policy or f"{args.zero_shot} (zero-shot)", "seed": seed,
                               "decoding": decoding, **stats,
-                              "decode_rejected_share": d.get("rejections", 0) / max(1, d.get("draws", 0)),
+                              "decode_rejected_share": rejected_share(d),
                               "forced": d.get("forced", 0), "seconds": round(time.perf_counter() - t0, 1)},
                              default=float), flush=True)
             policy.decode_stats.clear()

@@ -27,6 +27,12 @@ from transformers import LogitsProcessor, PreTrainedTokenizerBase
 from alphagym.dsl.prefix import PrefixChecker
 
 
+def rejected_share(stats: dict[str, int]) -> float:
+    """Candidates refused per token drawn (a sampler's or `Policy.decode_stats`' counts); can exceed 1,
+    since several may be refused before one is kept."""
+    return stats.get("rejections", 0) / max(1, stats.get("draws", 0))
+
+
 class GrammarSampler(LogitsProcessor):
     def __init__(self, tokenizer: PreTrainedTokenizerBase, checker: PrefixChecker, prompt_len: int,
                  temperature: float, max_new_tokens: int = 0, scan: int = 256) -> None:

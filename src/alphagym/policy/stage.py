@@ -19,6 +19,7 @@ from alphagym.dsl.parser import Limits
 from alphagym.panel import Panel
 from alphagym.policy.corpus import build_corpus
 from alphagym.policy.evaluate import answer_stats, evaluate_policy, random_valid_baseline
+from alphagym.policy.grammar import rejected_share
 from alphagym.policy.model import build_policy, load_policy, set_decoding
 from alphagym.policy.sft import train_sft
 from alphagym.tracking import StageRun
@@ -77,8 +78,7 @@ def sft(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun
         set_decoding(policy, params)
         report[key], rows = evaluate_policy(policy, holdout, verifier, cat, tol, int(ev["samples"]),
                                             float(ev["temperature"]), seed)
-        report[key]["decode_rejected_share"] = (policy.decode_stats.get("rejections", 0)
-                                                / max(1, policy.decode_stats.get("draws", 0)))
+        report[key]["decode_rejected_share"] = rejected_share(policy.decode_stats)
         policy.decode_stats.clear()
         if grammar:
             policy.grammar = None

@@ -36,6 +36,7 @@ import torch
 
 from alphagym.config import to_builtin
 from alphagym.errors import PolicyError
+from alphagym.policy.grammar import rejected_share
 from alphagym.policy.model import META, Policy, base_fingerprint
 from alphagym.rl.advantages import group_advantages
 from alphagym.rl.controllers import AdaptiveClip, ZetaThermostat
@@ -106,7 +107,7 @@ class Trainer:
         timing = {"time/generation": t1 - t0, "time/scoring": t2 - t1}
         if self.policy.grammar is not None:      # how hard the grammar sampler had to steer this step
             st = self.policy.decode_stats
-            timing["decoding/rejected_share"] = st.get("rejections", 0) / max(1, st.get("draws", 0))
+            timing["decoding/rejected_share"] = rejected_share(st)
             timing["decoding/dead_ends"] = float(st.get("dead_ends", 0))
             st.clear()
         rounds = replaced = 0
