@@ -2,7 +2,8 @@
 the train panel with the novelty archive and, R3 on, the kept stress worlds, numba's cached kernels), wall
 time from the shell. Median and p90 over `--repeats` runs after one warm-up run (which fills numba's disk
 cache), idle and with one competing CPU-bound process; next to it, interleaved, the floor every command of
-this package pays: a fresh interpreter that imports pandas and numba and calls one cached kernel.
+this package pays: a fresh interpreter that imports pandas and numba and calls one cached kernel; and
+the same command answered by a warm `alphagym serve` (started by the benchmark, stopped at the end).
 
     python benchmarks/bench_cli_score.py [--repeats 9]
 
@@ -12,6 +13,8 @@ Needs the pipeline's train panel, archive and world-model outputs (`make run`).
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -23,7 +26,9 @@ from common import ROOT, CompetingLoad, median_p90  # noqa: E402
 FORMULA = "rank(ts_std(volume, 20) / ts_mean(volume, 20))"
 
 
-SCORE = [str(Path(sys.executable).parent / "alphagym"), "score", FORMULA, "--json"]
+ALPHAGYM = str(Path(sys.executable).parent / "alphagym")
+SCORE = [ALPHAGYM, "score", FORMULA, "--json", "--no-server"]
+SERVED = [ALPHAGYM, "score", FORMULA, "--json"]
 # the floor under any command of this package: a fresh interpreter importing the two libraries the
 # evaluator cannot do without, and calling one cached numba kernel (numba's one-off CPU-target set-up)
 FLOOR = [sys.executable, "-c", "import pandas, numpy as np\n"
@@ -37,7 +42,23 @@ def one_run(cmd: list[str]) -> float:
     took = time.perf_counter() - t0
     if out.returncode != 0:
         raise SystemExit(out.stderr[-2000:])
+    if (cmd is SERVED) != ("scored by `alphagym serve`" in out.stderr):    # each run where it belongs
+        raise SystemExit(f"{' '.join(cmd)}: served {cmd is not SERVED}, expected {cmd is SERVED}")
     return took
+
+
+def start_server() -> subprocess.Popen:
+    from alphagym.verifier.server import socket_path
+
+    path = socket_path(ROOT)
+    srv = subprocess.Popen([ALPHAGYM, "serve", "--idle-timeout", "3600"], cwd=ROOT, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not path.exists():
+        if srv.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"`alphagym serve` did not start (a server may already run for {ROOT})")
+        time.sleep(0.1)
+    one_run(SERVED)                             # loads the verifier into the server
+    return srv
 
 
 def main() -> None:
@@ -45,16 +66,22 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=9)
     args = ap.parse_args()
     one_run(SCORE)                              # warm numba's on-disk cache and the OS page cache
-    for loaded in (False, True):
-        with CompetingLoad(loaded):
-            ts, fs = [], []
-            for _ in range(args.repeats):       # interleaved, so both see the same machine state
-                ts.append(one_run(SCORE))
-                fs.append(one_run(FLOOR))
-        for name, xs in (("alphagym score", ts), ("floor: import pandas + numba, one kernel", fs)):
-            med, p90 = median_p90(xs)
-            print(f"{'under load' if loaded else 'idle':10}  {name:42} median {med:.2f} s  p90 {p90:.2f} s  "
-                  f"(min {min(xs):.2f}, max {max(xs):.2f}, {args.repeats} runs)")
+    srv = start_server()
+    try:
+        for loaded in (False, True):
+            with CompetingLoad(loaded):
+                runs: dict[str, list[float]] = {"alphagym score": [], "floor: import pandas + numba, one kernel": [],
+                                                "alphagym score, `alphagym serve` warm": []}
+                for _ in range(args.repeats):   # interleaved, so all see the same machine state
+                    for cmd, xs in zip((SCORE, FLOOR, SERVED), runs.values(), strict=True):
+                        xs.append(one_run(cmd))
+            for name, xs in runs.items():
+                med, p90 = median_p90(xs)
+                print(f"{'under load' if loaded else 'idle':10}  {name:42} median {med:.2f} s  p90 {p90:.2f} s  "
+                      f"(min {min(xs):.2f}, max {max(xs):.2f}, {args.repeats} runs)")
+    finally:
+        os.kill(srv.pid, signal.SIGTERM)
+        srv.wait(30)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -144,45 +145,91 @@ def cmd_gates(args: argparse.Namespace) -> int:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    from alphagym.verifier.loading import load_verifier
-
     if (args.formula is None) == (args.answer is None):
         raise ConfigError("give either a FORMULA or --answer TEXT")
     params = _params(args)
-    verifier, note = load_verifier(params, args.window)
-    card = verifier.score(args.answer if args.answer is not None else args.formula, answer=args.answer is not None)
-    if args.plot and card.valid:
-        from alphagym.verifier.plots import book_figure
+    text, answer = (args.answer, True) if args.answer is not None else (args.formula, False)
+    served = None if (args.plot or args.no_server) else _score_on_server(args, text, answer)
+    if served is not None:
+        out, note = served["card"], served["note"]
+        shown = f"scored by `alphagym serve` (pid {served['pid']})"
+    else:
+        from alphagym.verifier.loading import load_verifier
 
-        note = (note + "; " if note else "") + f"figure: {book_figure(card, verifier, args.plot)}"
-    if args.json:
-        out = card.to_json()
+        verifier, note = load_verifier(params, args.window)
+        card = verifier.score(text, answer=answer)
+        if args.plot and card.valid:
+            from alphagym.verifier.plots import book_figure
+
+            note = (note + "; " if note else "") + f"figure: {book_figure(card, verifier, args.plot)}"
+        out, shown = card.to_json(), getattr(args, "server_note", None)
+    if args.json:                          # stdout stays the card alone, wherever it was scored
         if note:
             out["note"] = note
+        if shown:
+            print(f"alphagym score: note: {shown}", file=sys.stderr)
         print(json.dumps(out, indent=1))
         return 0
-    _print_card(card, params["verifier"]["priorities"], note)
+    _print_card(out, text, params["verifier"]["priorities"], "; ".join(n for n in (note, shown) if n))
     return 0
 
 
-def _print_card(card: Any, priorities: Any, note: str | None) -> None:
+def _score_on_server(args: argparse.Namespace, text: str, answer: bool) -> dict[str, Any] | None:
+    """The warm `alphagym serve` of this folder's card, or None (no server, or it refused: then
+    `args.server_note` says why, and the card is scored here)."""
+    from alphagym.verifier.server import request
+
+    reply = request(text, answer, args.window, args.params, args.set)
+    if reply is None:
+        return None
+    if "error" in reply:
+        raise AlphagymError(reply["error"])
+    if "refused" in reply:
+        args.server_note = f"scored in this process: {reply['refused']}"
+        return None
+    return reply
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import signal
+
+    from alphagym.verifier.server import ScoreServer, socket_path
+
+    _params(args)                          # a broken params.yaml fails here, not at the first request
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _exit_on_signal)
+    server = ScoreServer(socket_path(), idle_timeout=args.idle_timeout,
+                         log=lambda line: print(f"alphagym serve: {line}", file=sys.stderr, flush=True))
+    server.bind()
+    print(f"alphagym serve: pid {os.getpid()} listening at {server.path} for {server.identity['cwd']} "
+          f"(stops after {args.idle_timeout:g} s idle, or Ctrl-C)", file=sys.stderr, flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+    return 0
+
+
+def _print_card(card: dict[str, Any], text: str, priorities: Any, note: str | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
     con = Console()
     if note:
         con.print(f"[yellow]note[/] {note}")
-    status = "[green]valid[/]" if card.valid else f"[red]invalid[/] ({card.error_type}): {card.reason}"
-    con.print(f"[bold]{card.formula or card.text}[/]  {status}")
-    if card.canonical:
-        con.print(f"canonical {card.canonical}")
+    status = "[green]valid[/]" if card["valid"] else f"[red]invalid[/] ({card['error_type']}): {card['reason']}"
+    con.print(f"[bold]{card['formula'] or text}[/]  {status}")
+    if card["canonical"]:
+        con.print(f"canonical {card['canonical']}")
     t = Table("channel", "priority", "raw value", "note")
-    for k, v in card.channels.items():
-        t.add_row(k, f"{priorities[k]:g}", f"{v:+.4f}", card.skipped.get(k, ""))
+    for k, v in card["channels"].items():
+        t.add_row(k, f"{priorities[k]:g}", f"{v:+.4f}", card["skipped"].get(k, ""))
     con.print(t)
-    if card.metrics:
+    if card["metrics"]:
         m = Table("metric", "value")
-        for k, v in card.metrics.items():
+        for k, v in card["metrics"].items():
             m.add_row(k, f"{v:.6g}" if isinstance(v, float) else str(v))
         con.print(m)
 
@@ -204,6 +251,7 @@ TOOLS: list[tuple[str, str, Callable[[argparse.Namespace], int]]] = [
     ("alpha101", "Kakushadze's 101 alphas: paper text, parse status, canonical form", cmd_alpha101),
     ("gates", "the world-model gate report as markdown tables (as in the README)", cmd_gates),
     ("score", "score a formula (or a raw model answer) with the verifier's 12 channels", cmd_score),
+    ("serve", "keep a warm scoring process that answers `alphagym score` in this folder", cmd_serve),
 ]
 
 
@@ -241,6 +289,10 @@ def build_parser() -> argparse.ArgumentParser:
     subs["score"].add_argument("--window", choices=("train", "holdout"), default="train")
     subs["score"].add_argument("--json", action="store_true", help="print JSON (valid, reason, channels, metrics)")
     subs["score"].add_argument("--plot", help="write a figure of the book (cumulative P&L, turnover, IC) to PNG")
+    subs["score"].add_argument("--no-server", action="store_true",
+                               help="score in this process even when `alphagym serve` runs for this folder")
+    subs["serve"].add_argument("--idle-timeout", type=float, default=3600.0, metavar="S",
+                               help="stop after S seconds without a request (default 3600)")
     subs["gates"].add_argument("report", nargs="?", help="gates.json (default: the world_model stage's)")
     subs["alpha101"].add_argument("--panel", help="panel for coverage (default: the train panel if built)")
     subs["alpha101"].add_argument("--json", action="store_true", help="print JSON")
