@@ -13,6 +13,15 @@ def test_profile_merges_over_base(root):
     assert "profiles" not in real
 
 
+def test_real_and_envb_profiles_keep_their_own_results(root):
+    """Their prices or costs change every output: sharing results/ with the default profile would make each
+    run redo (and overwrite) the other's."""
+    base = load_params(root / "params.yaml")["paths"]["results"]
+    folders = {name: load_params(root / "params.yaml", [f"profile={name}"])["paths"]["results"]
+               for name in ("real", "envb")}
+    assert len({base, *folders.values()}) == 3, folders
+
+
 def test_override_wins_over_profile(root):
     p = load_params(root / "params.yaml", ["profile=real", "data.source=yfinance", "seed=11"])
     assert p["data"]["source"] == "yfinance" and p["seed"] == 11
