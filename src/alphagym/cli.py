@@ -162,7 +162,7 @@ def cmd_score(args: argparse.Namespace) -> int:
             from alphagym.verifier.plots import book_figure
 
             note = (note + "; " if note else "") + f"figure: {book_figure(card, verifier, args.plot)}"
-        out, shown = card.to_json(), getattr(args, "server_note", None)
+        out, shown = card.to_json(), args.server_note
     if args.json:                          # stdout stays the card alone, wherever it was scored
         if note:
             out["note"] = note
@@ -291,6 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
     subs["score"].add_argument("--plot", help="write a figure of the book (cumulative P&L, turnover, IC) to PNG")
     subs["score"].add_argument("--no-server", action="store_true",
                                help="score in this process even when `alphagym serve` runs for this folder")
+    subs["score"].set_defaults(server_note=None)         # why a running server did not answer, if it did not
     subs["serve"].add_argument("--idle-timeout", type=float, default=3600.0, metavar="S",
                                help="stop after S seconds without a request (default 3600)")
     subs["gates"].add_argument("report", nargs="?", help="gates.json (default: the world_model stage's)")
