@@ -204,11 +204,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"alphagym serve: pid {os.getpid()} listening at {server.path} for {server.identity['cwd']} "
           f"(stops after {args.idle_timeout:g} s idle, or Ctrl-C)", file=sys.stderr, flush=True)
     try:
-        server.serve_forever()
+        server.serve_forever()               # removes its socket however it ends
     except KeyboardInterrupt:
         pass
-    finally:
-        server.close()
     return 0
 
 

@@ -45,18 +45,28 @@ def load_kept_worlds(gates_path: Path, worlds_dir: Path) -> dict[str, Panel]:
     return {c: Panel.read_parquet(worlds_dir / f"{c}.parquet") for c in kept}
 
 
+def verifier_inputs(params: Any, window: str) -> dict[str, Path]:
+    """The files `load_verifier` reads for a window (the worlds as their folder): one list, so whatever
+    caches a verifier (`alphagym serve`) watches exactly these."""
+    table = stage_table(params)
+    if window == "holdout":
+        return {"panel": Path(table["panel"].outs[window])}
+    wm = table["world_model"].paths("outs")
+    return {"panel": Path(table["panel"].outs[window]), "gates": Path(wm["gates"]), "worlds": Path(wm["worlds"]),
+            "archive": Path(table["archive"].paths("outs")["archive"])}
+
+
 def load_verifier(params: Any, window: str) -> tuple[Verifier, str | None]:
     """A verifier on the train or holdout panel; the train one loads the archive (or seeds it in memory)
     and, with R3 on, the kept stress worlds. Returns a note when something had to be built in memory."""
-    table = stage_table(params)
-    panel = Panel.read_parquet(table["panel"].outs[window])
+    inputs = verifier_inputs(params, window)
+    panel = Panel.read_parquet(inputs["panel"])
     if window == "holdout":
         return Verifier(panel, params, window="holdout"), None
     worlds = {}
     if params["verifier"]["jepa_stress"]["enabled"]:
-        wm = table["world_model"].paths("outs")
-        worlds = load_kept_worlds(wm["gates"], wm["worlds"])
-    path = table["archive"].paths("outs")["archive"]
+        worlds = load_kept_worlds(inputs["gates"], inputs["worlds"])
+    path = inputs["archive"]
     if path.is_file():
         return Verifier(panel, params, NoveltyArchive.load(path), stress_worlds=worlds), None
     verifier = Verifier(panel, params, stress_worlds=worlds)

@@ -115,16 +115,12 @@ def _stat(p: Path) -> list[Any]:
 
 def input_signature(params: Any, window: str) -> list[Any]:
     """What `load_verifier(params, window)` reads, as (path, size, mtime_ns, inode) rows."""
-    from alphagym.pipeline import stage_table
+    from alphagym.verifier.loading import verifier_inputs
 
-    table = stage_table(params)
-    rows = [_stat(Path(table["panel"].outs[window]))]
-    if window == "train":
-        wm = table["world_model"].paths("outs")
-        rows.append(_stat(Path(wm["gates"])))
-        worlds = Path(wm["worlds"])
-        rows += [_stat(p) for p in sorted(worlds.glob("*.parquet"))] if worlds.is_dir() else []
-        rows.append(_stat(Path(table["archive"].paths("outs")["archive"])))
+    rows = []
+    for path in verifier_inputs(params, window).values():
+        files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
+        rows += [_stat(p) for p in files]
     return rows
 
 
