@@ -49,8 +49,10 @@ def main() -> int:
     ap.add_argument("--cold", action="store_true",
                     help="drop the rank(<field>) arrays the evaluators keep across formulas before every timed "
                          "call (by default they stay, as in a stream of formulas, and fill during the warm-up)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override params.yaml, e.g. verifier.jepa_stress.sessions=null (R3 on whole worlds)")
     args = ap.parse_args()
-    params = load_params(ROOT / "params.yaml")
+    params = load_params(ROOT / "params.yaml", args.set)
     prices, sectors, _ = load_source(params)
     train, _, _ = build_panel(prices, sectors, params)
     worlds = {}
@@ -74,6 +76,7 @@ def main() -> int:
         verifier.score(a, answer=True)
     ref_ev = ReferenceEvaluator(train)
     evaluators = [verifier.evaluator] + [s.evaluator for s in (verifier.stress or {}).values()]
+    evaluators += [verifier.stress_base.evaluator] if verifier.stress_base is not None else []
 
     def score(a: str) -> None:
         if args.cold:
@@ -92,7 +95,9 @@ def main() -> int:
         if "<alpha>" in a and a.count("<alpha>") == 1:
             parsed.append(ast)
     n = len(answers)
-    r3 = f"R3 on with {len(worlds)} worlds ({', '.join(worlds)})" if worlds else "R3 off"
+    span = params["verifier"]["jepa_stress"]["sessions"]
+    span = "whole worlds" if verifier.stress_base is None else f"over the last {span} sessions"
+    r3 = f"R3 on with {len(worlds)} worlds ({', '.join(worlds)}), {span}" if worlds else "R3 off"
     kept = "dropped before every call" if args.cold else "kept across formulas"
     print(f"panel {train.shape[0]} x {train.shape[1]} (train window); {n} answers, {valid} valid; one core; {r3}; "
           f"field ranks {kept}")

@@ -332,15 +332,16 @@ def test_snakemake_run_reruns_on_params_and_code_and_agrees_with_dvc(root, tmp_p
 
 def _killed_rung_resumes(work: Path) -> None:
     """`alphagym train --rung` killed with SIGKILL after its first checkpoint: the rerun says it resumes
-    from that checkpoint, finishes, and its log equals an uninterrupted run's (timings aside); a work
-    folder from another recipe is discarded with a message, not reused."""
+    from that checkpoint, finishes, and its log equals the uninterrupted run's (the DAG's own run of the rung
+    under the same recipe; timings aside); a work folder from another recipe is discarded with a message,
+    not reused."""
     import signal
     import time
 
     base = [str(BIN / "alphagym"), "train", "--rung", "cispo_repo", "--set", "tracking.enabled=false",
             "--set", "rl.recipe.steps=4", "--set", "rl.recipe.checkpoint_every=2"]
-    straight = subprocess.run(base, cwd=work, env=_env(), capture_output=True, text=True)
-    assert straight.returncode == 0, straight.stderr[-3000:]
+    params = load_params(work / "params.yaml")
+    assert (params["rl"]["recipe"]["steps"], params["rl"]["recipe"]["checkpoint_every"]) == (4, 2)
     logged = work / "results/rl/tiny/cispo_repo/log.jsonl"
     drop = ("step_time", "time/generation", "time/scoring", "time/reference", "time/update")
 
@@ -362,6 +363,8 @@ def _killed_rung_resumes(work: Path) -> None:
     wdir = work / "results/rl/tiny/cispo_repo/work"
     kill_after_first_checkpoint()
     assert (wdir / "checkpoint-000002").is_dir() and not (work / "results/rl/tiny/cispo_repo/summary.json").exists()
+    leftover = work.parent / "leftover-work"
+    shutil.copytree(wdir, leftover)
     again = subprocess.run(base, cwd=work, env=_env(), capture_output=True, text=True)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resuming from" in again.stdout and "checkpoint-000002" in again.stdout
@@ -369,8 +372,8 @@ def _killed_rung_resumes(work: Path) -> None:
     summary = json.loads((work / "results/rl/tiny/cispo_repo/summary.json").read_text())
     assert summary["resumed_from"] == "checkpoint-000002"
     assert not wdir.exists()
-    # a leftover work folder of another recipe is discarded, loudly
-    kill_after_first_checkpoint()
+    # the same killed run's work folder, met by another recipe: discarded, loudly
+    shutil.copytree(leftover, wdir)
     other = subprocess.run([*base, "--set", "rl.recipe.beta=0.1"], cwd=work, env=_env(), capture_output=True,
                            text=True)
     assert other.returncode == 0, other.stderr[-3000:]

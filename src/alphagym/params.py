@@ -303,6 +303,9 @@ class Pbo(Section):
 class JepaStress(Section):
     enabled: bool = Field(description="score R3 in the world model's kept stress worlds")
     scale: NonNeg = Field(description="R3 = -min(1, scale * log(1 + mean CPCV drop))")
+    sessions: Annotated[int, Field(ge=252)] | None = Field(
+        description="R3 compares world and train CPCV over the last this many train sessions (each world is "
+                    "evaluated on them plus dsl.limits.max_lookback sessions of warm-up); null: the whole window")
 
 
 class FactorNeutrality(Section):

@@ -24,7 +24,7 @@ from alphagym.dsl.errors import AnswerTagError, DslError
 from alphagym.dsl.evaluate import is_rank_root
 from alphagym.dsl.parser import Limits, lookback, parse
 from alphagym.engine.book import Book, market_forward
-from alphagym.engine.scorer import BookScorer
+from alphagym.engine.scorer import BookScorer, tail_scorer
 from alphagym.panel import Panel
 from alphagym.verifier import channels as ch
 from alphagym.verifier.archive import NoveltyArchive
@@ -98,9 +98,16 @@ class Verifier:
         self.archive = archive if archive is not None else NoveltyArchive(n, self.cfg["novelty_pnl"]["capacity"])
         if window == "train" and self.archive.length != n:
             raise ValueError(f"archive holds P&L of length {self.archive.length}, this panel gives {n}")
-        # R3: one scorer per kept stress world (train window only)
-        self.stress = ({name: BookScorer(p, self.cfg) for name, p in stress_worlds.items()}
+        # R3: one scorer per kept stress world (train window only), over the span `jepa_stress.sessions`
+        js = self.cfg["jepa_stress"]
+        warmup = int(params["dsl"]["limits"]["max_lookback"])
+        self.stress = ({name: tail_scorer(p, self.cfg, js.get("sessions"), warmup) for name, p in stress_worlds.items()}
                        if stress_worlds and window == "train" else None)
+        # what R3 compares the worlds with: the train panel over the same span, evaluated from the same first
+        # day (running window sums round by where they start, and rank ties can amplify that), or, with the
+        # worlds scored whole, the card's own CPCV
+        cut = self.stress and all(sc.panel.shape[0] < stress_worlds[n].shape[0] for n, sc in self.stress.items())
+        self.stress_base = tail_scorer(panel, self.cfg, js["sessions"], warmup) if cut else None
         self.stress_worlds = stress_worlds or {}
         self._cache: OrderedDict[tuple[str, bool], ScoreCard] = OrderedDict()
         self.cache_size = 0
@@ -212,7 +219,10 @@ class Verifier:
             metrics["holdout_score"] = float(np.clip(cpcv + turnover_pen, -clip, clip))
         if self.stress:
             world_cpcv = {name: sc.cpcv(ast) for name, sc in self.stress.items()}
-            chans["jepa_stress"] = ch.jepa_stress(cpcv, list(world_cpcv.values()), self.cfg["jepa_stress"]["scale"])
+            base = cpcv
+            if self.stress_base is not None:
+                base = metrics["cpcv_stress_span"] = self.stress_base.cpcv(ast)
+            chans["jepa_stress"] = ch.jepa_stress(base, list(world_cpcv.values()), self.cfg["jepa_stress"]["scale"])
             metrics.update({f"cpcv_world_{k}": v for k, v in world_cpcv.items()})
         else:
             card.skipped["jepa_stress"] = ("off: verifier.jepa_stress.enabled is false, or the world-model gates "

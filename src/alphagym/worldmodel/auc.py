@@ -3,8 +3,9 @@
 For a set of formulas (the usable Alpha101 and seeded random ones): score each on the early part of the
 train window, in the real market and in each world (CPCV with training costs), and measure whether it
 degraded from the early part to the late validation part (net Sharpe falls by more than `degrade_sharpe`).
-A channel's penalty is the CPCV drop max(0, real - world). AUC = P(penalty of a degrader > penalty of a
-holder), ties counted half (Mann-Whitney). A channel below 0.5 ranks the wrong way and is dropped.
+A channel's penalty is the CPCV drop max(0, real - world) over R3's span (the last `verifier.jepa_stress.sessions`
+of the early part), as the verifier scores it. AUC = P(penalty of a degrader > penalty of a holder), ties
+counted half (Mann-Whitney). A channel below 0.5 ranks the wrong way and is dropped.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 from alphagym.dsl.errors import DslError
 from alphagym.dsl.parser import parse
 from alphagym.engine.book import sharpe
-from alphagym.engine.scorer import BookScorer
+from alphagym.engine.scorer import BookScorer, tail_scorer
 from alphagym.panel import Panel
 
 
@@ -35,7 +36,11 @@ def channel_aucs(train: Panel, worlds: dict[str, Panel], formulas: list[str], sp
     v = params["verifier"]
     early = BookScorer(train.slice_days(0, split), v)
     late = BookScorer(train.slice_days(split, train.shape[0]), v)
-    world_early = {c: BookScorer(p.slice_days(0, split - 1), v) for c, p in worlds.items()}
+    # each world over R3's span (the last `jepa_stress.sessions` of the early part), as the verifier scores it
+    sessions, warmup = v["jepa_stress"].get("sessions"), int(params["dsl"]["limits"]["max_lookback"])
+    world_early = {c: tail_scorer(p.slice_days(0, split - 1), v, sessions, warmup) for c, p in worlds.items()}
+    cut = all(s.panel.shape[0] < split - 1 for s in world_early.values())
+    early_span = tail_scorer(train.slice_days(0, split), v, sessions, warmup) if cut else None
     rows = []
     for text in formulas:
         try:
@@ -45,7 +50,7 @@ def channel_aucs(train: Panel, worlds: dict[str, Panel], formulas: list[str], sp
         e = early.net(ast)
         if float(np.abs(e).sum()) == 0.0:
             continue                                   # a flat book says nothing about degradation
-        base = early.cpcv_of_net(e)
+        base = early.cpcv_of_net(e) if early_span is None else early_span.cpcv(ast)
         drops = {c: max(0.0, base - s.cpcv(ast)) for c, s in world_early.items()}
         rows.append((sharpe(e) - sharpe(late.net(ast)) > degrade_sharpe, drops))
     labels = np.array([r[0] for r in rows])
