@@ -22,6 +22,7 @@ training formula; `forced` counts them.
 from __future__ import annotations
 
 import torch
+from tokenizers import decoders
 from transformers import LogitsProcessor, PreTrainedTokenizerBase
 
 from alphagym.dsl.prefix import PrefixChecker
@@ -31,6 +32,15 @@ def rejected_share(stats: dict[str, int]) -> float:
     """Candidates refused per token drawn (a sampler's or `Policy.decode_stats`' counts); can exceed 1,
     since several may be refused before one is kept."""
     return stats.get("rejections", 0) / max(1, stats.get("draws", 0))
+
+
+def concatenates(tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether an answer's text plus one token's text is the text of the answer with that token, whenever
+    both are ASCII: true of a byte-level BPE decoder (its bytes concatenate) without transformers' clean-up
+    pass, which is every tokenizer here (the tiny one, SmolLM2's). Other tokenizers decode the whole row."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    return (backend is not None and isinstance(backend.decoder, decoders.ByteLevel)
+            and not getattr(tokenizer, "clean_up_tokenization_spaces", False))
 
 
 class GrammarSampler(LogitsProcessor):
@@ -44,18 +54,36 @@ class GrammarSampler(LogitsProcessor):
         self.closing_from = max_new_tokens - max(8, max_new_tokens // 4) if max_new_tokens else 1 << 30
         self.forced: dict[int, list[int]] = {}       # batch row -> the completion's tokens still to write
         self.stats = {"draws": 0, "rejections": 0, "dead_ends": 0, "forced": 0}
+        # token -> its own text when appending it is exact (ASCII, not an added token), else None; None
+        # for the whole map when the tokenizer does not concatenate
+        self.pieces: dict[int, str | None] | None = {} if concatenates(tokenizer) else None
+        self.added = frozenset(tokenizer.get_added_vocab().values()) if self.pieces is not None else frozenset()
 
     def _text(self, ids: list[int]) -> str:
         # decoded as `Policy.generate` decodes the answer: a token's text can depend on its neighbours
-        # (sentencepiece's leading-space marker), so the row is decoded whole, never piece by piece
+        # (sentencepiece's leading-space marker), so the row is decoded whole unless `concatenates` holds
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
-    def _ok(self, row: list[int], tok: int) -> bool:
+    def _piece(self, tok: int) -> str | None:
+        if self.pieces is None:
+            return None
+        if tok not in self.pieces:
+            text = self.tokenizer.decode([tok], skip_special_tokens=True)
+            self.pieces[tok] = text if text.isascii() and tok not in self.added else None
+        return self.pieces[tok]
+
+    def _ok(self, row: list[int], tok: int, base: str | None = None) -> bool:
+        """Whether `tok` keeps the answer viable; `base` is the row's text, when the caller has it."""
         if tok in self.special:
             return False
+        if base is None:
+            base = self._text(row)
         if tok == self.eos:
-            return self.checker.state(self._text(row)) == "done"
-        return self.checker.state(self._text([*row, tok])) != "dead"
+            return self.checker.state(base) == "done"
+        piece = self._piece(tok) if base.isascii() else None
+        # a row's text and an ASCII token's text concatenate (checked per tokenizer): one decode per step
+        # instead of one per candidate, which is most of the sampler's time when many are refused
+        return self.checker.state(base + piece if piece is not None else self._text([*row, tok])) != "dead"
 
     def choose(self, row: list[int], logits: torch.Tensor) -> int:
         keys = logits.float()
@@ -63,14 +91,15 @@ class GrammarSampler(LogitsProcessor):
             u = torch.rand(keys.shape).clamp_(min=1e-12)
             keys = keys / self.temperature - torch.log(-torch.log(u))
         self.stats["draws"] += 1
+        base = self._text(row)
         first = int(torch.argmax(keys))
-        if self._ok(row, first):
+        if self._ok(row, first, base):
             return first
         self.stats["rejections"] += 1
         for tok in torch.topk(keys, min(self.scan, keys.numel())).indices[1:].tolist():
             if keys[tok] == float("-inf"):
                 break
-            if self._ok(row, tok):
+            if self._ok(row, tok, base):
                 return tok
             self.stats["rejections"] += 1
         self.stats["dead_ends"] += 1
