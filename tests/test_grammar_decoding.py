@@ -130,13 +130,18 @@ def test_sampler_draws_from_the_renormalised_viable_distribution():
     assert g.choose([0, 3, 2, 4, 1], logits) == tok.eos_token_id   # ... then only the end token
 
 
-def test_untrained_policy_writes_only_viable_answers_under_the_grammar():
-    cfg = {"threads": 1, "max_new_tokens": 48, "micro_batch": 8, "adapter": {},
+def _untrained_tiny(max_new_tokens: int):
+    """An untrained tiny policy whose tokenizer knows two formulas: it writes gibberish unless ruled."""
+    cfg = {"threads": 1, "max_new_tokens": max_new_tokens, "micro_batch": 8, "adapter": {},
            "tiny": {"vocab_size": 400, "hidden_size": 32, "intermediate_size": 64, "layers": 2, "heads": 4,
                     "kv_heads": 2, "max_positions": 256, "adapter": "none"}}
     texts = ["<alpha>rank(ts_std(volume, 21) / ts_mean(volume, 21))</alpha>",
              "<alpha>rank(-ts_delta(close, 5))</alpha>"]
-    pol = build_policy("tiny", cfg, ["Design an alpha."] * 20 + texts * 20, seed=0)
+    return build_policy("tiny", cfg, ["Design an alpha."] * 20 + texts * 20, seed=0)
+
+
+def test_untrained_policy_writes_only_viable_answers_under_the_grammar():
+    pol = _untrained_tiny(48)
     free = [a for g in pol.generate(["Design an alpha."], n=8, temperature=1.0, seed=1) for a in g]
     pol.grammar = PrefixChecker(Limits())
     ruled = pol.generate(["Design an alpha."], n=8, temperature=1.0, seed=1)
@@ -158,12 +163,7 @@ def test_appending_a_tokens_text_equals_decoding_the_row(monkeypatch):
 
     import alphagym.policy.grammar as grammar
 
-    cfg = {"threads": 1, "max_new_tokens": 40, "micro_batch": 8, "adapter": {},
-           "tiny": {"vocab_size": 400, "hidden_size": 32, "intermediate_size": 64, "layers": 2, "heads": 4,
-                    "kv_heads": 2, "max_positions": 256, "adapter": "none"}}
-    texts = ["<alpha>rank(ts_std(volume, 21) / ts_mean(volume, 21))</alpha>",
-             "<alpha>rank(-ts_delta(close, 5))</alpha>"]
-    pol = build_policy("tiny", cfg, ["Design an alpha."] * 20 + texts * 20, seed=0)
+    pol = _untrained_tiny(40)
     tok = pol.tokenizer
     assert grammar.concatenates(tok)
     sampler = GrammarSampler(tok, PrefixChecker(), prompt_len=0, temperature=1.0)
