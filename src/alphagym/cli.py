@@ -94,7 +94,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     con = Console()
-    con.print(f"[bold]canonical[/] {report['canonical']}")
+    con.print(f"[bold]canonical[/] {report['canonical']}  [dim](windows to the nearest dsl.window_buckets; "
+              "evaluated as written)[/]")
     con.print(f"nodes {report['nodes']}  lookback {report['lookback']}  fields {', '.join(report['fields'])}")
     p = report["panel"]
     con.print(f"panel {p['path']}: {p['days']} days x {p['stocks']} stocks, {p['first']} .. {p['last']}")
@@ -220,7 +221,9 @@ def _print_card(card: dict[str, Any], text: str, priorities: Any, note: str | No
     status = "[green]valid[/]" if card["valid"] else f"[red]invalid[/] ({card['error_type']}): {card['reason']}"
     con.print(f"[bold]{card['formula'] or text}[/]  {status}")
     if card["canonical"]:
-        con.print(f"canonical {card['canonical']}")
+        # the canonical form buckets windows (20 -> 21): say so, or it reads as if the formula were changed
+        con.print(f"canonical {card['canonical']}  [dim](windows to the nearest dsl.window_buckets; the key "
+                  "for duplicates and novelty, not what was scored)[/]")
     t = Table("channel", "priority", "raw value", "note")
     for k, v in card["channels"].items():
         t.add_row(k, f"{priorities[k]:g}", f"{v:+.4f}", card["skipped"].get(k, ""))
