@@ -29,9 +29,14 @@ def answer_stats(cards_by_brief: Sequence[Sequence[Any]]) -> dict[str, float]:
 
 
 def evaluate_policy(policy: Policy, briefs: Sequence[Mapping[str, Any]], verifier: Any, cat: Catalogue,
-                    tolerance: float, n: int, temperature: float, seed: int) -> tuple[dict[str, float], list]:
-    """`n` answers per brief, scored as groups with the brief's compliance; (stats, per-brief rows)."""
-    answers = policy.generate([b["text"] for b in briefs], n=n, temperature=temperature, seed=seed)
+                    tolerance: float, n: int, temperature: float, seed: int,
+                    desc: str = "evaluate") -> tuple[dict[str, float], list]:
+    """`n` answers per brief, scored as groups with the brief's compliance; (stats, per-brief rows).
+    `desc` names the progress bar over the generation's micro-batches."""
+    from tqdm.auto import tqdm
+
+    answers = policy.generate([b["text"] for b in briefs], n=n, temperature=temperature, seed=seed,
+                              progress=lambda it: tqdm(it, desc=desc, unit="batch", mininterval=2))
     groups = [verifier.score_group(a, answer=True, brief=BriefChecker(b, cat, tolerance))
               for b, a in zip(briefs, answers)]
     rows = [{"brief": b["id"], "answer": c.text, "valid": c.valid, "canonical": c.canonical, "cpcv": c.channels["cpcv"],

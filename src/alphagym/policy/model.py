@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -179,9 +179,11 @@ class Policy:
 
     # --- sampling ---
     @torch.no_grad()
-    def generate(self, briefs: Sequence[str], n: int = 1, temperature: float = 1.0, seed: int = 0) -> list[list[str]]:
+    def generate(self, briefs: Sequence[str], n: int = 1, temperature: float = 1.0, seed: int = 0,
+                 progress: Callable[[Iterable[int]], Iterable[int]] | None = None) -> list[list[str]]:
         """`n` answers per brief. temperature 0 is greedy. Same seed, same answers (per micro-batch draws
-        follow one seeded generator, so the result does not depend on the machine's thread count)."""
+        follow one seeded generator, so the result does not depend on the machine's thread count).
+        `progress` wraps the micro-batches (e.g. a tqdm bar)."""
         for b in briefs:
             if not isinstance(b, str) or not b.strip():
                 raise PolicyError(f"empty brief at position {list(briefs).index(b)}")
@@ -189,7 +191,8 @@ class Policy:
         out: list[str] = []
         self.model.eval()
         gen = torch.Generator().manual_seed(int(seed))
-        for i in range(0, len(prompts), self.micro_batch):
+        starts = range(0, len(prompts), self.micro_batch)
+        for i in (progress(starts) if progress is not None else starts):
             chunk = prompts[i:i + self.micro_batch]
             enc = self.tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
             torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))

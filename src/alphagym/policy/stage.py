@@ -77,13 +77,13 @@ def sft(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun
         the model itself writes, and what the constrained sampler makes of it."""
         set_decoding(policy, params)
         report[key], rows = evaluate_policy(policy, holdout, verifier, cat, tol, int(ev["samples"]),
-                                            float(ev["temperature"]), seed)
+                                            float(ev["temperature"]), seed, desc=f"{item} {key}")
         report[key]["decode_rejected_share"] = rejected_share(policy.decode_stats)
         policy.decode_stats.clear()
         if grammar:
             policy.grammar = None
             report[f"{key}_free"], _ = evaluate_policy(policy, holdout, verifier, cat, tol, int(ev["samples"]),
-                                                       float(ev["temperature"]), seed)
+                                                       float(ev["temperature"]), seed, desc=f"{item} {key} free")
         return rows
 
     if item != "tiny":       # a pretrained model before SFT: the zero-shot baseline
@@ -136,7 +136,8 @@ def filter_briefs(params: Any, deps: dict[str, Path], outs: dict[str, Path], run
     verifier = _verifier(params, deps["train"])
     tol = float(params["briefs"]["horizon_tolerance"])
     answers = policy.generate([b["text"] for b in briefs], n=int(cfg["samples"]), temperature=float(cfg["temperature"]),
-                              seed=seed)
+                              seed=seed, progress=lambda it: tqdm(it, desc="filter: sample", unit="batch",
+                                                                  mininterval=2))
     rows, groups = [], []
     for b, group in tqdm(list(zip(briefs, answers)), desc="filter", unit="brief", mininterval=2):
         cards = verifier.score_group(group, answer=True, brief=BriefChecker(b, cat, tol))
