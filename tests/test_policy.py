@@ -142,6 +142,14 @@ def test_smollm2_loads_generates_and_wraps_lora(tmp_path):
     base = pol.model.get_base_model()
     assert 130e6 < sum(p.numel() for n, p in base.named_parameters() if "lora" not in n) < 140e6
     assert pol.tokenizer.chat_template
+    # the grammar sampler's shortcut (a candidate's own text appended to the row's) holds for its tokenizer
+    from alphagym.policy.grammar import concatenates
+
+    tok = pol.tokenizer
+    assert concatenates(tok)
+    row = tok("<alpha>rank(ts_std(volume, 20) / ts_mean(volume, 20))", add_special_tokens=False)["input_ids"]
+    for t in tok(" close)</alpha> -ts_delta(x, 5) * 0.5", add_special_tokens=False)["input_ids"]:
+        assert tok.decode(row) + tok.decode([t]) == tok.decode([*row, t])
     out = pol.generate(["Say hello."], n=1, temperature=0.0)[0][0]
     assert isinstance(out, str) and out.strip()
     lp = pol.logprobs(["Say hello."], ["Hello!"])

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 from tokenizers import decoders
-from transformers import LogitsProcessor, PreTrainedTokenizerBase
+from transformers import LogitsProcessor, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from alphagym.dsl.prefix import PrefixChecker
 
@@ -38,9 +38,9 @@ def concatenates(tokenizer: PreTrainedTokenizerBase) -> bool:
     """Whether an answer's text plus one token's text is the text of the answer with that token, whenever
     both are ASCII: true of a byte-level BPE decoder (its bytes concatenate) without transformers' clean-up
     pass, which is every tokenizer here (the tiny one, SmolLM2's). Other tokenizers decode the whole row."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    return (backend is not None and isinstance(backend.decoder, decoders.ByteLevel)
-            and not getattr(tokenizer, "clean_up_tokenization_spaces", False))
+    return (isinstance(tokenizer, PreTrainedTokenizerFast)
+            and isinstance(tokenizer.backend_tokenizer.decoder, decoders.ByteLevel)
+            and not tokenizer.clean_up_tokenization_spaces)
 
 
 class GrammarSampler(LogitsProcessor):
