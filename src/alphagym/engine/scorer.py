@@ -92,3 +92,14 @@ def tail_scorer(panel: Panel, verifier: Mapping[str, Any], sessions: int | None,
     rows = np.zeros(sub.shape[0] - 2, bool)
     rows[-sessions:] = True
     return BookScorer(sub, verifier, rows)
+
+
+def span_scorers(panel: Panel, worlds: Mapping[str, Panel], verifier: Mapping[str, Any], sessions: int | None,
+                 warmup: int) -> tuple[dict[str, BookScorer], BookScorer | None]:
+    """R3's scorers: one per stress world over the span (`tail_scorer`), and `panel`'s own over the same
+    span, evaluated from the same first day (running window sums round by where they start, and rank ties
+    can amplify that). The second is None when the worlds are scored whole: R3 then compares them with the
+    panel's whole-window CPCV. The verifier and the world model's AUC gate both build R3 this way."""
+    scorers = {name: tail_scorer(w, verifier, sessions, warmup) for name, w in worlds.items()}
+    cut = bool(scorers) and all(s.panel.shape[0] < worlds[name].shape[0] for name, s in scorers.items())
+    return scorers, (tail_scorer(panel, verifier, sessions, warmup) if cut else None)

@@ -24,7 +24,7 @@ from alphagym.dsl.errors import AnswerTagError, DslError
 from alphagym.dsl.evaluate import is_rank_root
 from alphagym.dsl.parser import Limits, lookback, parse
 from alphagym.engine.book import Book, market_forward
-from alphagym.engine.scorer import BookScorer, tail_scorer
+from alphagym.engine.scorer import BookScorer, span_scorers
 from alphagym.panel import Panel
 from alphagym.verifier import channels as ch
 from alphagym.verifier.archive import NoveltyArchive
@@ -98,16 +98,14 @@ class Verifier:
         self.archive = archive if archive is not None else NoveltyArchive(n, self.cfg["novelty_pnl"]["capacity"])
         if window == "train" and self.archive.length != n:
             raise ValueError(f"archive holds P&L of length {self.archive.length}, this panel gives {n}")
-        # R3: one scorer per kept stress world (train window only), over the span `jepa_stress.sessions`
-        js = self.cfg["jepa_stress"]
-        warmup = int(params["dsl"]["limits"]["max_lookback"])
-        self.stress = ({name: tail_scorer(p, self.cfg, js.get("sessions"), warmup) for name, p in stress_worlds.items()}
-                       if stress_worlds and window == "train" else None)
-        # what R3 compares the worlds with: the train panel over the same span, evaluated from the same first
-        # day (running window sums round by where they start, and rank ties can amplify that), or, with the
-        # worlds scored whole, the card's own CPCV
-        cut = self.stress and all(sc.panel.shape[0] < stress_worlds[n].shape[0] for n, sc in self.stress.items())
-        self.stress_base = tail_scorer(panel, self.cfg, js["sessions"], warmup) if cut else None
+        # R3 (train window only): one scorer per kept stress world over the span `jepa_stress.sessions`, and
+        # the train panel's over the same span (None: the worlds are scored whole, against the card's CPCV)
+        self.stress: dict[str, BookScorer] | None = None
+        self.stress_base: BookScorer | None = None
+        if stress_worlds and window == "train":
+            self.stress, self.stress_base = span_scorers(panel, stress_worlds, self.cfg,
+                                                         self.cfg["jepa_stress"]["sessions"],
+                                                         int(params["dsl"]["limits"]["max_lookback"]))
         self.stress_worlds = stress_worlds or {}
         self._cache: OrderedDict[tuple[str, bool], ScoreCard] = OrderedDict()
         self.cache_size = 0

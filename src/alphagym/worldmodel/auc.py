@@ -17,7 +17,7 @@ import numpy as np
 from alphagym.dsl.errors import DslError
 from alphagym.dsl.parser import parse
 from alphagym.engine.book import sharpe
-from alphagym.engine.scorer import BookScorer, tail_scorer
+from alphagym.engine.scorer import BookScorer, span_scorers
 from alphagym.panel import Panel
 
 
@@ -34,13 +34,13 @@ def channel_aucs(train: Panel, worlds: dict[str, Panel], formulas: list[str], sp
                  degrade_sharpe: float) -> dict[str, Any]:
     """`split`: first session of the late part (train-panel index); worlds start one session later."""
     v = params["verifier"]
-    early = BookScorer(train.slice_days(0, split), v)
+    early_panel = train.slice_days(0, split)
+    early = BookScorer(early_panel, v)
     late = BookScorer(train.slice_days(split, train.shape[0]), v)
     # each world over R3's span (the last `jepa_stress.sessions` of the early part), as the verifier scores it
-    sessions, warmup = v["jepa_stress"].get("sessions"), int(params["dsl"]["limits"]["max_lookback"])
-    world_early = {c: tail_scorer(p.slice_days(0, split - 1), v, sessions, warmup) for c, p in worlds.items()}
-    cut = all(s.panel.shape[0] < split - 1 for s in world_early.values())
-    early_span = tail_scorer(train.slice_days(0, split), v, sessions, warmup) if cut else None
+    world_early, early_span = span_scorers(early_panel,
+                                           {c: p.slice_days(0, split - 1) for c, p in worlds.items()}, v,
+                                           v["jepa_stress"]["sessions"], int(params["dsl"]["limits"]["max_lookback"]))
     rows = []
     for text in formulas:
         try:
