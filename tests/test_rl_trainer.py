@@ -149,6 +149,38 @@ def test_checkpoint_of_another_base_model_is_refused(sft_state, tmp_path):
         tr.load_checkpoint(ckpt)
 
 
+def test_nf4_policy_trains_checkpoints_and_probes_on_cpu(sft_state, tmp_path):
+    """The GPU profile's path (an `hf` checkpoint in NF4 + LoRA) run on the CPU: the trainer updates the
+    adapter through the 4-bit layers, and a checkpoint goes back on the base as the probe loads it."""
+    pytest.importorskip("bitsandbytes", reason="bitsandbytes is not installed (make setup installs it)")
+    from alphagym.policy.model import load_hf, load_policy, unwrapped_base
+    from alphagym.rl.checkpoints import at_checkpoint
+
+    unwrapped_base(sft_state.model).save_pretrained(tmp_path / "hf")
+    sft_state.tokenizer.save_pretrained(tmp_path / "hf")
+
+    def base() -> Policy:
+        model, tok = load_hf(tmp_path / "hf", {"nf4": True})
+        return Policy(model.eval(), tok, "hf", 24, micro_batch=32, base_model=str(tmp_path / "hf"))
+
+    pol = base()
+    torch.manual_seed(0)
+    pol.model = wrap_adapter(pol.model, {**ADAPTER, "kind": "lora"})
+    before = {k: v.clone() for k, v in pol.model.state_dict().items() if "lora_A" in k}
+    tr = Trainer(pol, VolumeEnv(), BRIEFS, _recipe(steps=2, checkpoint_every=1), seed=0, work=tmp_path / "w")
+    hist = tr.train()
+    assert all(np.isfinite(h["policy_loss"]) and h["grad_norm"] > 0 for h in hist)
+    moved = [k for k, v in pol.model.state_dict().items() if "lora_A" in k and not torch.equal(v, before[k])]
+    assert any(".layers.0." in k for k in moved), "no update reached the first layer's adapters"
+    ckpt = latest_checkpoint(tmp_path / "w")
+    probed = at_checkpoint(base(), ckpt)
+    for a, b in zip(probed.logprobs([b["text"] for b in BRIEFS], VOLUME * 2),
+                    pol.logprobs([b["text"] for b in BRIEFS], VOLUME * 2)):
+        torch.testing.assert_close(a, b)
+    with pytest.raises(PolicyError, match="an RL checkpoint"):
+        load_policy(ckpt, {"hf": {"nf4": True}})
+
+
 def test_a_policy_without_adapter_is_refused():
     cfg = {"threads": 1, "max_new_tokens": 24, "micro_batch": 8, "adapter": ADAPTER, "tiny": TINY}
     pol = build_policy("tiny", cfg, [b["text"] for b in BRIEFS] + VOLUME, seed=0)

@@ -185,6 +185,7 @@ class Policy:
     micro_batch: int = 16
     grammar: PrefixChecker | None = None       # set: grammar-constrained decoding (`set_decoding`)
     decode_stats: dict[str, int] = field(default_factory=dict)   # the grammar sampler's draws, rejections
+    base_model: str = ""                       # `hf`: the base's folder, written into every save of the policy
     _prefix_ids: list[int] | None = field(default=None, init=False, repr=False)
 
     @property
@@ -354,7 +355,8 @@ class Policy:
         if self.has_adapter and self.backend == "tiny":   # the tiny base is not on any hub: keep it beside
             unwrapped_base(self.model).save_pretrained(path / "base")
         meta = {"backend": self.backend, "adapter": self.has_adapter, "base": base_fingerprint(self.model),
-                "max_new_tokens": self.max_new_tokens, "system_prompt": self.system_prompt, **(extra or {})}
+                "max_new_tokens": self.max_new_tokens, "system_prompt": self.system_prompt,
+                **({"base_model": self.base_model} if self.base_model else {}), **(extra or {})}
         (path / META).write_text(json.dumps(meta, indent=1))
         return path
 
@@ -376,6 +378,10 @@ def load_policy(path: str | Path, cfg: Mapping[str, Any] | None = None, trainabl
         raise PolicyError(f"{path} is not a saved policy (no {META}; run `alphagym sft` first)")
     try:
         meta = json.loads(meta_path.read_text())
+        if "config_hash" in meta and meta["adapter"] and meta["backend"] != "tiny":
+            raise PolicyError(f"{path} is an RL checkpoint: an adapter on the merged SFT policy, which the folder "
+                              "does not hold (only the tiny backend saves its base beside the adapter); load it "
+                              "with alphagym.rl.checkpoints.at_checkpoint(sft_base(SFT_POLICY, params), path)")
         tok = AutoTokenizer.from_pretrained(path)
         if meta["adapter"]:
             from peft import PeftModel
@@ -397,7 +403,8 @@ def load_policy(path: str | Path, cfg: Mapping[str, Any] | None = None, trainabl
     except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as exc:
         raise PolicyError(f"cannot load the policy in {path}: {type(exc).__name__}: {exc}") from exc
     tok.padding_side = "left"
-    return Policy(model, tok, meta["backend"], int(meta["max_new_tokens"]), meta["system_prompt"])
+    return Policy(model, tok, meta["backend"], int(meta["max_new_tokens"]), meta["system_prompt"],
+                  base_model=str(meta.get("base_model", "")))
 
 
 def build_policy(backend: str, cfg: Mapping[str, Any], corpus_texts: Sequence[str], seed: int) -> Policy:
@@ -420,4 +427,5 @@ def build_policy(backend: str, cfg: Mapping[str, Any], corpus_texts: Sequence[st
     kind = cfg[backend]["adapter"]
     torch.manual_seed(seed)
     model = wrap_adapter(model, {**dict(cfg["adapter"]), "kind": kind})
-    return Policy(model, tok, backend, int(cfg["max_new_tokens"]), micro_batch=int(cfg["micro_batch"]))
+    return Policy(model, tok, backend, int(cfg["max_new_tokens"]), micro_batch=int(cfg["micro_batch"]),
+                  base_model=str(cfg["hf"]["base_model"]) if backend == "hf" else "")

@@ -98,8 +98,7 @@ def sft(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun
     report["final_loss"] = curve[-1]["loss"]
     report["final_eval_loss"] = next((r["eval_loss"] for r in reversed(curve) if "eval_loss" in r), None)
     report["sft_seconds"] = float(sum(r["step_time"] for r in curve))
-    extra = {"base_model": str(pcfg["hf"]["base_model"])} if item == "hf" else {}
-    policy.save(outs["policy"], extra)
+    policy.save(outs["policy"])                 # an `hf` policy writes its base folder into the save
     pd.DataFrame(rows).to_parquet(outs["answers"], index=False)
     outs["report"].write_text(json.dumps(report, indent=1, default=float))
     from alphagym.policy.plots import sft_figure

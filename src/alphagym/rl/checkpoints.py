@@ -89,4 +89,4 @@ def at_checkpoint(base: Policy, checkpoint: Path | None) -> Policy:
         raise PolicyError(f"cannot load the adapter in {checkpoint}: {type(exc).__name__}: {exc}") from exc
     model.eval()
     return Policy(model, base.tokenizer, base.backend, base.max_new_tokens, base.system_prompt, base.micro_batch,
-                  base.grammar)
+                  base.grammar, base_model=base.base_model)
