@@ -14,7 +14,7 @@ from alphagym.dsl.parser import Limits, parse
 from alphagym.dsl.prefix import PrefixChecker
 from alphagym.dsl.printer import plain
 from alphagym.policy.corpus import candidates
-from alphagym.policy.grammar import GrammarSampler
+from alphagym.policy.grammar import GrammarSampler, steered_share
 from alphagym.policy.model import build_policy
 
 CHECK = PrefixChecker()
@@ -123,6 +123,8 @@ def test_sampler_draws_from_the_renormalised_viable_distribution():
         assert abs(draws[t] - p / total) < 0.02, (t, draws[t], p / total)
     assert draws[[0, 1, 4, 5, 7, 8]].sum() == 0
     assert s.stats["rejections"] > 0
+    # the first candidate is a draw from the model: refused with the model's mass on refused tokens (0.5)
+    assert abs(steered_share(s.stats) - 0.5) < 0.03 and s.stats["steered"] <= s.stats["rejections"]
     # greedy: the most likely viable token
     g = GrammarSampler(tok, PrefixChecker(), prompt_len=0, temperature=0.0)
     assert g.choose([0, 3], logits) == 2

@@ -34,6 +34,12 @@ def rejected_share(stats: dict[str, int]) -> float:
     return stats.get("rejections", 0) / max(1, stats.get("draws", 0))
 
 
+def steered_share(stats: dict[str, int]) -> float:
+    """Share of tokens drawn whose first candidate was refused (at most 1). Unlike `rejected_share`, a few
+    dead ends, each up to `scan` refusals, cannot dominate it."""
+    return stats.get("steered", 0) / max(1, stats.get("draws", 0))
+
+
 def concatenates(tokenizer: PreTrainedTokenizerBase) -> bool:
     """Whether an answer's text plus one token's text is the text of the answer with that token, whenever
     both are ASCII: true of a byte-level BPE decoder (its bytes concatenate) without transformers' clean-up
@@ -53,7 +59,7 @@ class GrammarSampler(LogitsProcessor):
         # the last quarter of the budget (at least 8 tokens) is for closing; 0: never
         self.closing_from = max_new_tokens - max(8, max_new_tokens // 4) if max_new_tokens else 1 << 30
         self.forced: dict[int, list[int]] = {}       # batch row -> the completion's tokens still to write
-        self.stats = {"draws": 0, "rejections": 0, "dead_ends": 0, "forced": 0}
+        self.stats = {"draws": 0, "steered": 0, "rejections": 0, "dead_ends": 0, "forced": 0}
         # token -> its own text when appending it is exact (ASCII, not an added token), else None; None
         # for the whole map when the tokenizer does not concatenate
         self.pieces: dict[int, str | None] | None = {} if concatenates(tokenizer) else None
@@ -96,6 +102,7 @@ class GrammarSampler(LogitsProcessor):
         if self._ok(row, first, base):
             return first
         self.stats["rejections"] += 1
+        self.stats["steered"] += 1
         for tok in torch.topk(keys, min(self.scan, keys.numel())).indices[1:].tolist():
             if keys[tok] == float("-inf"):
                 break

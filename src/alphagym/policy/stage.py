@@ -19,7 +19,7 @@ from alphagym.dsl.parser import Limits
 from alphagym.panel import Panel
 from alphagym.policy.corpus import build_corpus
 from alphagym.policy.evaluate import answer_stats, evaluate_policy, random_valid_baseline
-from alphagym.policy.grammar import rejected_share
+from alphagym.policy.grammar import rejected_share, steered_share
 from alphagym.policy.model import build_policy, load_policy, set_decoding
 from alphagym.policy.sft import train_sft
 from alphagym.tracking import StageRun
@@ -79,6 +79,8 @@ def sft(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun
         report[key], rows = evaluate_policy(policy, holdout, verifier, cat, tol, int(ev["samples"]),
                                             float(ev["temperature"]), seed, desc=f"{item} {key}")
         report[key]["decode_rejected_share"] = rejected_share(policy.decode_stats)
+        report[key]["decode_steered_share"] = steered_share(policy.decode_stats)
+        report[key]["decode_dead_ends"] = policy.decode_stats.get("dead_ends", 0)
         policy.decode_stats.clear()
         if grammar:
             policy.grammar = None

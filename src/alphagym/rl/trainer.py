@@ -36,7 +36,7 @@ import torch
 
 from alphagym.config import to_builtin
 from alphagym.errors import PolicyError
-from alphagym.policy.grammar import rejected_share
+from alphagym.policy.grammar import rejected_share, steered_share
 from alphagym.policy.model import META, Policy, base_fingerprint
 from alphagym.rl.advantages import group_advantages
 from alphagym.rl.controllers import AdaptiveClip, ZetaThermostat
@@ -108,6 +108,7 @@ class Trainer:
         if self.policy.grammar is not None:      # how hard the grammar sampler had to steer this step
             st = self.policy.decode_stats
             timing["decoding/rejected_share"] = rejected_share(st)
+            timing["decoding/steered_share"] = steered_share(st)
             timing["decoding/dead_ends"] = float(st.get("dead_ends", 0))
             st.clear()
         rounds = replaced = 0
