@@ -157,6 +157,45 @@ def test_untrained_policy_writes_only_viable_answers_under_the_grammar():
     assert sum(CHECK.state(a) == "done" for a in ruled) >= 4, ruled
 
 
+def test_every_open_prefix_has_a_completion_when_enclosing_calls_need_lookback():
+    """A subtree's lookback plus the least the enclosing calls still add must fit the limit (252): an SFT
+    answer wrote `delay(... ts_min(ts_kurt(x, 252), 2), ` and then had no completion (delay's window is at
+    least 1), rambled to the token cap and scored as unclosed. Every open prefix must be completable."""
+    answers = ["<alpha>ts_min(ts_max(delay(-1 * ts_delta(ts_mean(close * volume, 180), 33) / "
+               "ts_min(ts_kurt(close / vwap, 252), 2), 1), 5), 5)</alpha>",
+               "<alpha>delay(delay(ts_delta(close, 200), 51), 1)</alpha>",
+               "<alpha>rank(delay(ts_mean(volume, 252), 1))</alpha>"]
+    for answer in answers:
+        for i in range(1, len(answer) + 1):
+            prefix = answer[:i]
+            if CHECK.state(prefix) == "open":
+                tail = CHECK.completion(prefix)
+                assert tail is not None and CHECK.state(prefix + tail) == "done", prefix
+    assert CHECK.state(answers[0].split(", 2)")[0] + ", 2") == "dead"       # 251 + 1 + delay's 1 > 252
+    assert CHECK.state(answers[1].split(", 51")[0] + ", 52") == "dead"      # 200 + 52 + the outer delay's 1
+    assert CHECK.state(answers[2]) == "done"                               # 251 + 1 fits exactly
+
+
+def test_a_dead_end_is_finished_with_the_shortest_completion():
+    """When none of the `scan` likeliest tokens keeps the answer viable, the sampler writes the shortest
+    completion (as in the closing phase) instead of ending an unclosed answer."""
+    tok = _untrained_tiny(48).tokenizer
+    ids = tok("<alpha>rank(ts_std(volume, 21", add_special_tokens=False)["input_ids"]
+    text = tok.decode(ids, skip_special_tokens=True)
+    bad = next(t for t in range(len(tok)) if t not in tok.all_special_ids
+               and CHECK.state(text + tok.decode([t], skip_special_tokens=True)) == "dead")
+    scores = torch.full((1, len(tok)), -1e9)
+    scores[0, bad] = 0.0                        # the model's one candidate kills the answer: scan 1 dead-ends
+    s = GrammarSampler(tok, CHECK, prompt_len=0, temperature=0.0, scan=1)
+    for _ in range(40):
+        nxt = int(s(torch.tensor([ids]), scores)[0].argmax())
+        ids.append(nxt)
+        if nxt == tok.eos_token_id:
+            break
+    assert s.stats["dead_ends"] == 1 and s.stats["forced"] == 1
+    assert CHECK.state(tok.decode(ids, skip_special_tokens=True)) == "done", tok.decode(ids)
+
+
 def test_appending_a_tokens_text_equals_decoding_the_row(monkeypatch):
     """The sampler appends a candidate's own text to the row's text instead of decoding the row again: the
     same text for every ASCII token of the tiny tokenizer after random ASCII rows, and the same answers and

@@ -52,6 +52,10 @@ class _Parser:
         self.i = 0
         self.nest = 0
         self.max_nest = 2 * limits.max_depth + 8
+        # prefix mode: the least lookback each open call will add once closed (1 for a shift such as delay
+        # or ts_delta, whose window is at least 1; 0 otherwise), innermost last. A subtree's lookback plus
+        # the enclosing calls' least must fit, or no completion can: `delay(ts_sum(x, 252), ` is dead.
+        self.pending: list[int] = []
 
     # -- helpers --
     @property
@@ -169,6 +173,8 @@ class _Parser:
         low = tok.text.lower()
         self.expect("(", "after a function name")
         most = self.max_args(low, tok) if self.prefix else 0
+        if self.prefix:
+            self.pending.append(self.least_own_lookback(low))
         args: list[tuple[Node | str, Token]] = []
         if not self.accept(")"):
             while True:
@@ -187,12 +193,23 @@ class _Parser:
                     raise self.arity(low, tok, len(args) + 1, f"at most {most}")
         node = self.build(low, tok, args)
         if self.prefix:
+            self.pending.pop()
             d, lb = self.shape(node)
             if d > self.limits.max_depth:
                 raise LimitError(f"expression depth exceeds {self.limits.max_depth}", tok.pos, self.text)
-            if lb > self.limits.max_lookback:
-                raise LimitError(f"total lookback exceeds {self.limits.max_lookback}", tok.pos, self.text)
+            self.check_lookback(lb, tok)
         return node
+
+    def least_own_lookback(self, low: str) -> int:
+        """The least lookback a call of `low` adds to its arguments' (prefix mode; see `pending`)."""
+        spec = OPS.get(ALIASES.get(low, low))
+        return 1 if low not in ("min", "max") and spec is not None and spec.lookback == "shift" else 0
+
+    def check_lookback(self, lb: int, tok: Token) -> None:
+        """A finished subtree's lookback `lb`, plus the least the enclosing open calls will add, fits."""
+        if lb + sum(self.pending) > self.limits.max_lookback:
+            more = f" with the {sum(self.pending)} the enclosing calls still add" if sum(self.pending) else ""
+            raise LimitError(f"total lookback exceeds {self.limits.max_lookback}{more}", tok.pos, self.text)
 
     def shape(self, node: Node) -> tuple[int, int]:
         """(depth, lookback) of a subtree, memoised over the parse: prefix mode asks it at every call, and
@@ -251,8 +268,9 @@ class _Parser:
                 d = self.window_value(tok.value, tok, low)
                 spec = OPS[ALIASES.get(low, low)]
                 base = max((self.shape(a)[1] for a, _ in args if not isinstance(a, str)), default=0)
-                if base + (d - 1 if spec.lookback == "window" else d) > self.limits.max_lookback:
-                    raise LimitError(f"total lookback exceeds {self.limits.max_lookback}", tok.pos, self.text)
+                own = d - 1 if spec.lookback == "window" else d
+                self.pending[-1] = 0               # this call's own is now known: `own`
+                self.check_lookback(base + own, tok)
         self.i += 1
         if not (self.tok.kind == "op" and self.tok.text == ")"):
             self.expect(")", "after the last argument")

@@ -8,9 +8,10 @@ perturbed logits, keeping the first whose answer stays viable. The first candida
 model's distribution; the first viable one is an exact draw from that distribution restricted to viable
 tokens and renormalised (Gumbel top-k is sampling without replacement). It costs one parse per candidate
 tried instead of one per vocabulary entry (a 49k-token vocabulary makes masking every token per step far
-too slow on a CPU). Greedy decoding is the same walk without noise. After `scan` rejected candidates the
-answer ends (it will score as invalid; `dead_ends` counts it). The processor returns logits with one finite
-entry, so `generate`'s own sampler picks that token.
+too slow on a CPU). Greedy decoding is the same walk without noise. After `scan` rejected candidates (a
+dead end, which `dead_ends` counts) the answer is finished with its shortest completion, as in the closing
+phase below. The processor returns logits with one finite entry, so `generate`'s own sampler picks that
+token.
 
 Closing: an answer still open when the last quarter of `max_new_tokens` begins (at least 8 tokens) would be
 cut at the cap and score invalid. It is finished there with the shortest completion the checker finds
@@ -112,14 +113,18 @@ class GrammarSampler(LogitsProcessor):
         self.stats["dead_ends"] += 1
         return self.eos
 
+    def _start_forcing(self, b: int, row: list[int]) -> None:
+        """Queue row `b`'s shortest completion (its tokens, then the end token); empty when there is none."""
+        text = self._text(row)
+        suffix = self.checker.completion(text) if self.checker.state(text) == "open" else None
+        self.forced[b] = ([*self.tokenizer(suffix, add_special_tokens=False)["input_ids"], self.eos]
+                          if suffix is not None else [])
+        self.stats["forced"] += suffix is not None
+
     def _next_forced(self, b: int, row: list[int]) -> int | None:
         """The next token of row `b`'s forced completion (computed when its closing phase begins)."""
         if b not in self.forced and len(row) >= self.closing_from:
-            text = self._text(row)
-            suffix = self.checker.completion(text) if self.checker.state(text) == "open" else None
-            self.forced[b] = ([*self.tokenizer(suffix, add_special_tokens=False)["input_ids"], self.eos]
-                              if suffix is not None else [])
-            self.stats["forced"] += suffix is not None
+            self._start_forcing(b, row)
         queue = self.forced.get(b)
         if queue and self._ok(row, queue[0]):
             return queue.pop(0)
@@ -132,5 +137,14 @@ class GrammarSampler(LogitsProcessor):
                 out[b, self.eos] = 0.0
                 continue
             tok = self._next_forced(b, row)
-            out[b, self.choose(row, scores[b]) if tok is None else tok] = 0.0
+            if tok is None:
+                ends = self.stats["dead_ends"]
+                tok = self.choose(row, scores[b])
+                if self.stats["dead_ends"] > ends:
+                    # none of the `scan` likeliest tokens keeps the answer viable (the model went somewhere it
+                    # never saw, e.g. `ts_Ar`): finish it as the closing phase would, instead of cutting it
+                    self._start_forcing(b, row)
+                    tok = self._next_forced(b, row)
+                    tok = self.eos if tok is None else tok
+            out[b, tok] = 0.0
         return out
