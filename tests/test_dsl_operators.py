@@ -101,6 +101,16 @@ def test_constant_window_semantics():
     assert np.isnan(ev.evaluate(parse("ts_zscore(close, 10)"))[49:70, 1]).all()
 
 
+def test_operators_over_literal_only_expressions_evaluate():
+    """A model wrote `ts_delta(correlation(2e8 - indneutralize(1), 6 / power(1, 5), 5), 5)`: `power` of
+    two literals came back 1-D and the ts kernel raised a numba TypingError, escaping the typed errors."""
+    ev = Evaluator(random_panel())
+    for f in ("ts_delta(correlation(2e8 - indneutralize(1), 6 / power(1, 5), 5), 5)", "rank(power(2, 3))",
+              "ts_mean(signedpower(-2, 3), 5)", "ts_corr(close, 1 ^ 3, 5)", "scale(power(1, 0.5))"):
+        out = ev.evaluate(parse(f))
+        assert out.shape == ev.shape, f
+
+
 def test_no_infinities_anywhere():
     ev = Evaluator(random_panel())
     for f in ("1 / (close - close)", "log(0 * close)", "close ^ 1000", "ts_product(volume, 40)", "-1 / 0"):

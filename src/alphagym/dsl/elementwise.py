@@ -189,8 +189,9 @@ def _int_power_flat(a, k):
 def int_power(a: np.ndarray, k: int) -> np.ndarray:
     """a ^ k by repeated squaring: within a few ulps of pow, about 30x faster for small literal k.
     (A plain loop, not a ufunc: a ufunc would broadcast k with a slow strided loop.)"""
+    shape = np.shape(a)                   # ascontiguousarray makes a scalar 1-D; a literal base stays a scalar
     a = np.ascontiguousarray(a, dtype=np.float64)
-    return _int_power_flat(a.ravel(), int(k)).reshape(a.shape)
+    return _int_power_flat(a.ravel(), int(k)).reshape(shape)
 
 
 def power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
