@@ -203,12 +203,13 @@ class _Parser:
     def least_own_lookback(self, low: str) -> int:
         """The least lookback a call of `low` adds to its arguments' (prefix mode; see `pending`)."""
         spec = OPS.get(ALIASES.get(low, low))
-        return 1 if low not in ("min", "max") and spec is not None and spec.lookback == "shift" else 0
+        return 1 if spec is not None and spec.lookback == "shift" else 0
 
     def check_lookback(self, lb: int, tok: Token) -> None:
         """A finished subtree's lookback `lb`, plus the least the enclosing open calls will add, fits."""
-        if lb + sum(self.pending) > self.limits.max_lookback:
-            more = f" with the {sum(self.pending)} the enclosing calls still add" if sum(self.pending) else ""
+        outer = sum(self.pending)
+        if lb + outer > self.limits.max_lookback:
+            more = f" with the {outer} the enclosing calls still add" if outer else ""
             raise LimitError(f"total lookback exceeds {self.limits.max_lookback}{more}", tok.pos, self.text)
 
     def shape(self, node: Node) -> tuple[int, int]:

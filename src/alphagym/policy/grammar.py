@@ -92,7 +92,8 @@ class GrammarSampler(LogitsProcessor):
         # instead of one per candidate, which is most of the sampler's time when many are refused
         return self.checker.state(base + piece if piece is not None else self._text([*row, tok])) != "dead"
 
-    def choose(self, row: list[int], logits: torch.Tensor) -> int:
+    def choose(self, row: list[int], logits: torch.Tensor) -> int | None:
+        """The first viable token in Gumbel-perturbed order (greedy: in logit order); None at a dead end."""
         keys = logits.float()
         if self.temperature > 0:
             u = torch.rand(keys.shape).clamp_(min=1e-12)
@@ -111,7 +112,7 @@ class GrammarSampler(LogitsProcessor):
                 return tok
             self.stats["rejections"] += 1
         self.stats["dead_ends"] += 1
-        return self.eos
+        return None
 
     def _start_forcing(self, b: int, row: list[int]) -> None:
         """Queue row `b`'s shortest completion (its tokens, then the end token); empty when there is none."""
@@ -138,13 +139,12 @@ class GrammarSampler(LogitsProcessor):
                 continue
             tok = self._next_forced(b, row)
             if tok is None:
-                ends = self.stats["dead_ends"]
                 tok = self.choose(row, scores[b])
-                if self.stats["dead_ends"] > ends:
-                    # none of the `scan` likeliest tokens keeps the answer viable (the model went somewhere it
-                    # never saw, e.g. `ts_Ar`): finish it as the closing phase would, instead of cutting it
-                    self._start_forcing(b, row)
-                    tok = self._next_forced(b, row)
-                    tok = self.eos if tok is None else tok
+            if tok is None:
+                # none of the `scan` likeliest tokens keeps the answer viable (the model went somewhere it
+                # never saw, e.g. `ts_Ar`): finish it as the closing phase would, instead of cutting it
+                self._start_forcing(b, row)
+                tok = self._next_forced(b, row)
+                tok = self.eos if tok is None else tok
             out[b, tok] = 0.0
         return out
