@@ -130,3 +130,32 @@ def test_scores_are_deterministic_and_parallel_identical(sim_panels):
         assert x.valid == y.valid and x.reason == y.reason
         if x.pnl is not None:
             assert x.pnl.tobytes() == y.pnl.tobytes()
+
+
+def test_an_evaluator_bug_makes_one_invalid_card_not_a_lost_group(sim_panels, monkeypatch, caplog):
+    """A kernel exception (a bug of ours, e.g. a numba TypingError on a shape nobody foresaw) must not abort
+    the group, or the rung scoring it: the answer gets an invalid card typed `evaluator_error`, logged."""
+    from alphagym.verifier.verifier import EVALUATOR_ERROR
+
+    v = Verifier(sim_panels[0], P)
+    real = v.evaluator.evaluate
+
+    def flaky(ast):
+        if "ts_skew" in repr(ast):
+            raise TypeError("kernel typing failure")
+        return real(ast)
+
+    monkeypatch.setattr(v.evaluator, "evaluate", flaky)
+    cards = v.score_group(["<alpha>rank(ts_skew(volume, 20))</alpha>",
+                           "<alpha>rank(volume / ts_mean(volume, 20))</alpha>"])
+    assert not cards[0].valid and cards[0].error_type == EVALUATOR_ERROR
+    assert "TypeError" in cards[0].reason and cards[0].channels["cpcv"] == P["verifier"]["cpcv"]["invalid_score"]
+    assert cards[1].valid
+    assert any("evaluator bug" in r.message for r in caplog.records)
+
+
+def test_fuzzed_answers_never_hit_an_evaluator_bug(verifier):
+    from alphagym.verifier.verifier import EVALUATOR_ERROR
+
+    cards = verifier.score_group([f"<alpha>{random_formula(s)}</alpha>" for s in range(1000, 1300)])
+    assert not [c.formula for c in cards if c.error_type == EVALUATOR_ERROR]

@@ -42,6 +42,7 @@ from alphagym.rl.advantages import group_advantages
 from alphagym.rl.controllers import AdaptiveClip, ZetaThermostat
 from alphagym.rl.env import Environment, Scored
 from alphagym.rl.losses import policy_loss, repo_r, top_entropy_mask
+from alphagym.verifier.verifier import EVALUATOR_ERROR
 
 STATE = "trainer_state.pt"
 
@@ -224,6 +225,8 @@ class Trainer:
             "frac_reward_zero_std": float(np.mean([s < 1e-12 for s in group_std])),
             "frac_nonzero_advantage": float(np.mean(np.abs(adv) > 1e-9)),
             "frac_invalid": float(np.mean([not s.valid for s in flat_s])),
+            "verifier/evaluator_errors": float(sum(s.card is not None and s.card.error_type == EVALUATOR_ERROR
+                                                   for s in flat_s)),
             "core_score/mean": float(np.mean([s.core for s in flat_s])),
             "completions/mean_length": float(np.mean(lengths)),
             "distinct_canonical_forms": float(len({s.canonical for s in flat_s if s.valid and s.canonical})),

@@ -9,6 +9,7 @@ results (each answer is scored independently; the group-level channels are compu
 from __future__ import annotations
 
 import copy
+import logging
 import multiprocessing
 import time
 from collections import OrderedDict
@@ -29,6 +30,13 @@ from alphagym.panel import Panel
 from alphagym.verifier import channels as ch
 from alphagym.verifier.archive import NoveltyArchive
 from alphagym.verifier.factors import FACTOR_NAMES, factor_returns, residual_sharpe_gap
+
+log = logging.getLogger(__name__)
+
+# error_type of an answer whose evaluation raised something other than a typed DslError: a bug of ours,
+# not of the answer. The card is invalid (one model answer never aborts a group or a 40-minute rung), the
+# formula is logged, and the trainer and SFT report count these cards; the fuzz tests assert there are none.
+EVALUATOR_ERROR = "evaluator_error"
 
 
 @dataclass
@@ -178,6 +186,10 @@ class Verifier:
             signal = self.evaluator.evaluate(ast)
         except DslError as exc:
             return self._invalid(card, "invalid_score", str(exc), exc.rule)
+        except Exception as exc:  # noqa: BLE001 -- untrusted input must not escape as an untyped error
+            log.error("evaluator bug on %r: %s: %s", formula, type(exc).__name__, exc, exc_info=True)
+            return self._invalid(card, "invalid_score", f"evaluator error on this formula ({type(exc).__name__}:"
+                                 f" {exc}); a bug of the evaluator, not of the answer", EVALUATOR_ERROR)
         t2 = time.perf_counter()
         book = self.book(signal, is_rank_root(ast))
         rows = self.rows
