@@ -120,7 +120,11 @@ def test_canonical_form():
     assert canonical(parse("close - open")) != canonical(parse("open - close"))
     assert canonical(parse("correlation(volume, close, 10)")) == canonical(parse("ts_corr(close, volume, 9)"))
     assert canonical(parse("Ts_Rank(close, 9)")) == "ts_rank(close, 5)"
-    assert canonical(parse("close * 2.50")) == canonical(parse("2.5 * close")) == "(2.5 * close)"
+    assert canonical(parse("close * 2.50")) == canonical(parse("2.5 * close")) == "2.5 * close"
+    # operands of operators are parenthesised, function arguments and the whole formula are not
+    assert canonical(parse("rank(volume / ts_mean(volume, 20))")) == "rank(volume / ts_mean(volume, 21))"
+    assert canonical(parse("-(close - open) * 2")) == "(-(close - open)) * 2"
+    assert canonical(parse("close - (open - high)")) != canonical(parse("(close - open) - high"))
     assert bucket(13) == 5 and bucket(14) == 21 and bucket(100) == 126 and bucket(252) == 252
 
 

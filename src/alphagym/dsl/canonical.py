@@ -27,11 +27,19 @@ def literal(v: float) -> str:
 
 
 def canonical(node: Node, buckets: Sequence[int] = WINDOW_BUCKETS) -> str:
+    """The canonical string. Every operator expression is parenthesised where it is an operand of another
+    operator, so the string is unambiguous without precedence rules; a function's argument (delimited by
+    commas) and the whole formula are written without outer parentheses: `rank(a / b)`, not `rank((a / b))`."""
+    return _canon(node, buckets, False)
+
+
+def _canon(node: Node, buckets: Sequence[int], operand: bool) -> str:
     if isinstance(node, Num):
         return literal(node.value)
     if isinstance(node, Field):
         return node.name
     spec = OPS[node.op]
+    wrap = (lambda text: f"({text})") if operand else (lambda text: text)
     if node.op in ("add", "mul"):
         terms: list[str] = []
         stack = [node]
@@ -40,17 +48,20 @@ def canonical(node: Node, buckets: Sequence[int] = WINDOW_BUCKETS) -> str:
             if isinstance(n, Call) and n.op == node.op:
                 stack.extend(n.args)
             else:
-                terms.append(canonical(n, buckets))
-        return "(" + f" {spec.infix} ".join(sorted(terms)) + ")"
-    args = [canonical(a, buckets) for a in node.args]
+                terms.append(_canon(n, buckets, True))
+        return wrap(f" {spec.infix} ".join(sorted(terms)))
+    if spec.infix or node.op in ("neg", "where"):
+        args = [_canon(a, buckets, True) for a in node.args]
+        if spec.commutative:
+            args.sort()
+        if spec.infix:
+            return wrap(f"{args[0]} {spec.infix} {args[1]}")
+        if node.op == "neg":
+            return wrap(f"-{args[0]}")
+        return wrap(f"{args[0]} ? {args[1]} : {args[2]}")
+    args = [_canon(a, buckets, False) for a in node.args]
     if spec.commutative:
         args.sort()
-    if spec.infix:
-        return f"({args[0]} {spec.infix} {args[1]})"
-    if node.op == "neg":
-        return f"(-{args[0]})"
-    if node.op == "where":
-        return f"({args[0]} ? {args[1]} : {args[2]})"
     if node.op == "scale" and node.param not in (None, 1.0):
         args.append(literal(float(node.param)))
     if node.window is not None:
