@@ -59,11 +59,14 @@ def _snakemake_jobs(workdir: Path, *extra: str) -> dict[str, dict]:
     for line in out.splitlines():
         m = re.match(r"^rule (\w+):", line)
         if m:
-            current = {"rule": m.group(1), "input": set(), "output": set(), "shell": None, "item": None}
+            current = {"rule": m.group(1), "input": set(), "output": set(), "shell": None, "item": None,
+                       "priority": 0}
             jobs[str(len(jobs))] = current
         elif current is not None and re.match(r"^\s+(input|output): ", line):
             key, vals = line.strip().split(": ", 1)
             current[key] = {v.strip() for v in vals.split(",")}
+        elif current is not None and re.match(r"^\s+priority: \d+$", line):
+            current["priority"] = int(line.split(": ", 1)[1])
         elif current is not None and re.match(r"^\s+wildcards: ", line):
             current["item"] = line.split("=", 1)[1].strip()
         elif current is not None and line.startswith("Shell command: "):
@@ -161,6 +164,9 @@ def test_a_stage_family_expands_alike_in_snakemake_and_dvc(root, tmp_path):
     assert "rl.rungs.cispo_repo" in dvc["train@cispo_repo-s2"]["params"]
     assert dvc["train@cispo_repo-s2"]["params"] == dvc["train@cispo_repo"]["params"]
     _same_dag(smk, dvc)
+    # a finished rung's probe and books start before the next rung's training when both are ready
+    for m in members:
+        assert smk[f"books@{m}"]["priority"] > smk[f"probe@{m}"]["priority"] > smk[f"train@{m}"]["priority"]
     readers = _holdout_readers(dvc)
     assert {r.split("@")[0] for r in readers} == {"probe", "books", "report"}
     assert {f"probe@{m}" for m in members} <= readers

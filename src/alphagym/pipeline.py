@@ -66,6 +66,9 @@ class Stage:
     metrics: tuple[str, ...] = ()        # roles of small JSON outputs: DVC metrics, kept in git, not cached
     directories: tuple[str, ...] = ()    # roles of outputs that are folders
     threads: int = 1                     # cores the stage uses (Snakemake schedules by it)
+    priority: int = 0                    # Snakemake starts the ready job of highest priority first: a finished
+                                         # rung's probe and books (minutes) before the next rung's training
+                                         # (most of an hour), so each rung's results appear when it ends
     work: dict[str, str] | None = None   # role -> folder kept between runs for resumable state (checkpoints of a
                                          # killed run): not an output, never removed by run_stage; the stage
                                          # checks what it finds there and discards what does not match
@@ -181,7 +184,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
               ("seed", "dsl", "verifier", "briefs.horizon_tolerance", "policy", "rl.policy", "rl.recipe",
                "rl.rungs.{item}"),
               ("src/alphagym/probe", "src/alphagym/rl/checkpoints.py", "src/alphagym/books", *policy),
-              metrics=("summary",), threads=2, family=rungs,
+              metrics=("summary",), threads=2, family=rungs, priority=1,
               help="answer the holdout briefs greedily at every checkpoint of a rung; select on train CPCV, "
                    "then score the holdout year"),
         Stage("books", "alphagym.books.stage:books",
@@ -189,7 +192,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
                "answers": f"{probe}/{{item}}/answers.parquet", "probe": f"{probe}/{{item}}/summary.json"},
               {"books": f"{books}/{{item}}/books.json", "daily": f"{books}/{{item}}/daily.parquet"},
               ("dsl", "verifier", "books"), ("src/alphagym/books", *engine, "src/alphagym/verifier"),
-              metrics=("books",), family=rungs,
+              metrics=("books",), family=rungs, priority=2,
               help="the shipped checkpoint's equal-weight and correlation-capped books on the holdout year"),
         Stage("report", "alphagym.report.stage:report",
               {"gates": f"{r}/world_model/gates.json", "briefs_holdout": f"{r}/briefs/holdout.jsonl",

@@ -1,5 +1,5 @@
 # One rule per row of the stage table (STAGE_ROWS, set by the including Snakefile, with PARAMS).
-# - inputs, outputs, threads and the shell command come from the row;
+# - inputs, outputs, threads, priority and the shell command come from the row;
 # - rule params hold the values of the params keys the row declares and a content hash of its code, so
 #   Snakemake's params trigger reruns a stage whose params or code changed (as DVC does);
 # - a family row (e.g. the ladder's rungs) becomes one rule with a wildcard;
@@ -54,6 +54,7 @@ for _row in STAGE_ROWS:
             values=_values(_row),
             code=code_hash(tuple(COMMON_CODE) + tuple(_row.code)),
         threads: _row.threads
+        priority: _row.priority
         log:
             _log,
         shell:
