@@ -13,6 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data" / "sp500-daily"
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+# `alphagym score` starts a background scoring server by itself; tests that want one start their own
+os.environ["ALPHAGYM_SCORE_AUTOSERVE"] = "0"
 
 
 @pytest.fixture(scope="session")

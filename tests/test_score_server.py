@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -100,6 +101,10 @@ def test_a_refusing_or_dead_server_means_scoring_here(smoke, server, capsys):
     card.pop("timings_ms")
     assert card == reference and server.served == 0 and server.refused == 1
     assert "scored in this process: the alphagym source changed" in out.err
+    deadline = time.monotonic() + 10          # a server of old code can serve nobody: it stops
+    while server.path.exists():
+        assert time.monotonic() < deadline, "the stale server did not stop"
+        time.sleep(0.05)
 
     # a socket file nobody listens on (a killed server's): scored here, silently
     server.close()
@@ -134,3 +139,40 @@ def test_serve_command_end_to_end(smoke, tmp_path):
         srv.send_signal(signal.SIGTERM)
         srv.wait(30)
     assert srv.returncode == 128 + signal.SIGTERM and not (tmp_path / "s.sock").exists()
+
+
+def test_score_starts_a_server_for_the_next_calls(smoke, tmp_path):
+    """Without a server, `alphagym score` scores in its own process and starts `alphagym serve` in the
+    background (warm with the same params); the next call is answered by it. ALPHAGYM_SCORE_AUTOSERVE=0 and
+    --no-server start none."""
+    _, common = smoke
+    sock = tmp_path / "auto.sock"
+    cli = [sys.executable, "-m", "alphagym.cli", "score", FORMULA, "--json", *common]
+    off = {**os.environ, SOCKET_ENV: str(sock), "ALPHAGYM_SCORE_AUTOSERVE": "0"}
+    on = {**off, "ALPHAGYM_SCORE_AUTOSERVE": "1"}
+    for env, extra in ((off, []), (on, ["--no-server"])):
+        out = subprocess.run([*cli, *extra], env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0 and "started" not in out.stderr
+    time.sleep(0.5)
+    assert not sock.exists()
+    first = subprocess.run(cli, env=on, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    m = re.search(r"started `alphagym serve` \(pid (\d+)", first.stderr)
+    assert m, first.stderr
+    pid = int(m.group(1))
+    try:
+        deadline = time.monotonic() + 60      # a user's next command comes seconds later; the test waits
+        while not sock.exists():
+            assert time.monotonic() < deadline, "the started server never listened"
+            time.sleep(0.1)
+        second = subprocess.run(cli, env=on, capture_output=True, text=True, timeout=300)
+        assert second.returncode == 0 and f"scored by `alphagym serve` (pid {pid})" in second.stderr
+        a, b = json.loads(first.stdout), json.loads(second.stdout)
+        a.pop("timings_ms"), b.pop("timings_ms")
+        assert a == b
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while sock.exists():
+        assert time.monotonic() < deadline, "the started server did not stop on SIGTERM"
+        time.sleep(0.1)

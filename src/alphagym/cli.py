@@ -164,6 +164,9 @@ def cmd_score(args: argparse.Namespace) -> int:
 
             note = (note + "; " if note else "") + f"figure: {book_figure(card, verifier, args.plot)}"
         out, shown = card.to_json(), args.server_note
+        if served is None and args.server_note is None and not (args.plot or args.no_server) \
+                and os.environ.get(AUTOSERVE_ENV, "1") != "0":
+            shown = _start_server(args)
     if args.json:                          # stdout stays the card alone, wherever it was scored
         if note:
             out["note"] = note
@@ -173,6 +176,29 @@ def cmd_score(args: argparse.Namespace) -> int:
         return 0
     _print_card(out, text, params["verifier"]["priorities"], "; ".join(n for n in (note, shown) if n))
     return 0
+
+
+AUTOSERVE_ENV = "ALPHAGYM_SCORE_AUTOSERVE"    # "0": `alphagym score` never starts a server by itself
+AUTOSERVE_IDLE_S = 900.0
+
+
+def _start_server(args: argparse.Namespace) -> str:
+    """Start `alphagym serve` for this folder in the background (its own session, so it outlives this
+    command and a Ctrl-C in the shell; it stops after AUTOSERVE_IDLE_S idle) with this command's params and
+    window preloaded: a fresh process pays pandas, numba and the verifier's set-up every time (BENCHMARKS.md),
+    the next `alphagym score` asks the warm server instead. Returns the note to show."""
+    import subprocess
+
+    from alphagym.verifier.server import socket_path
+
+    log = socket_path().with_suffix(".log")
+    log.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "alphagym.cli", "serve", "--idle-timeout", f"{AUTOSERVE_IDLE_S:g}",
+           "--warm", args.window, "--params", args.params, *(x for kv in args.set for x in ("--set", kv))]
+    with open(log, "ab") as fh:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=fh, stderr=fh, start_new_session=True)
+    return (f"scored in this process; started `alphagym serve` (pid {proc.pid}, log {log}) to answer the next "
+            f"calls, until {AUTOSERVE_IDLE_S / 60:g} min idle ({AUTOSERVE_ENV}=0 or --no-server: never)")
 
 
 def _score_on_server(args: argparse.Namespace, text: str, answer: bool) -> dict[str, Any] | None:
@@ -205,6 +231,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"alphagym serve: pid {os.getpid()} listening at {server.path} for {server.identity['cwd']} "
           f"(stops after {args.idle_timeout:g} s idle, or Ctrl-C)", file=sys.stderr, flush=True)
     try:
+        if args.warm:                        # a request arriving meanwhile waits in the socket's backlog
+            server.warm(str(Path(args.params).resolve()), list(args.set), args.warm)
         server.serve_forever()               # removes its socket however it ends
     except KeyboardInterrupt:
         pass
@@ -291,10 +319,13 @@ def build_parser() -> argparse.ArgumentParser:
     subs["score"].add_argument("--json", action="store_true", help="print JSON (valid, reason, channels, metrics)")
     subs["score"].add_argument("--plot", help="write a figure of the book (cumulative P&L, turnover, IC) to PNG")
     subs["score"].add_argument("--no-server", action="store_true",
-                               help="score in this process even when `alphagym serve` runs for this folder")
+                               help="score in this process even when `alphagym serve` runs for this folder, "
+                                    "and start none")
     subs["score"].set_defaults(server_note=None)         # why a running server did not answer, if it did not
     subs["serve"].add_argument("--idle-timeout", type=float, default=3600.0, metavar="S",
                                help="stop after S seconds without a request (default 3600)")
+    subs["serve"].add_argument("--warm", choices=("train", "holdout"),
+                               help="load the verifier of this window (and --params/--set) before the first request")
     subs["gates"].add_argument("report", nargs="?", help="gates.json (default: the world_model stage's)")
     subs["alpha101"].add_argument("--panel", help="panel for coverage (default: the train panel if built)")
     subs["alpha101"].add_argument("--json", action="store_true", help="print JSON")

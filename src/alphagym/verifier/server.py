@@ -1,15 +1,17 @@
 """A warm scoring process for `alphagym score`: `alphagym serve`.
 
-A fresh `alphagym score` spends about 2 s importing pandas and numba and loading numba's cached kernels
-before it scores anything (BENCHMARKS.md). `alphagym serve` pays that once and answers `alphagym score`
-over a Unix socket; the command then costs its own start-up (params, argument parsing) and the scoring.
+A fresh `alphagym score` spends 1-2 s importing pandas and numba, loading numba's cached kernels and
+building the verifier before it scores anything (BENCHMARKS.md). `alphagym serve` pays that once and
+answers `alphagym score` over a Unix socket; the command then costs its own start-up (params, argument
+parsing) and the scoring. The first `alphagym score` of a folder starts one (cli `_start_server`).
 
 It never answers from stale inputs. Every request carries the params file, the `--set` overrides and the
 client's folder; the server resolves the params itself and keeps one verifier per (resolved params,
 window), rebuilt whenever any file that verifier read (panel, novelty archive, gate report, kept worlds)
 changed size, mtime or inode since it was loaded (stages move their outputs in, so a rerun is a new
 inode). It refuses (and `alphagym score` then scores in its own process, saying why) when the client runs
-in another folder or from another installation, or when the package's source changed since it started.
+in another folder or from another installation, or when the package's source changed since it started
+(then it stops too: it could serve nobody).
 
 Written by hand on the standard library (`socketserver` adds threads and nothing this needs): one
 request at a time, one JSON line each way. The client half (`request`) imports nothing beyond the
@@ -136,6 +138,7 @@ class ScoreServer:
         self.verifiers: dict[str, tuple[list[Any], Any, str | None]] = {}
         self.max_verifiers = 4           # e.g. train and holdout of two profiles; each holds its panels
         self.served = self.reloads = self.refused = 0
+        self.stale = False
         self._sock: socket.socket | None = None
 
     def bind(self) -> None:
@@ -185,6 +188,9 @@ class ScoreServer:
                         conn.sendall(json.dumps(reply).encode() + b"\n")
                     except OSError:
                         pass             # the client gave up; the next request is unaffected
+                if self.stale:
+                    self.log("the alphagym source changed: stopping")
+                    return
         finally:
             self.close()
 
@@ -197,6 +203,18 @@ class ScoreServer:
             self._sock.close()
             self._sock = None
             self.path.unlink(missing_ok=True)
+
+    def warm(self, params_file: str, overrides: list[str], window: str) -> None:
+        """Load a verifier and score one formula with it (numba's cached kernels are loaded on first use)
+        before the first request asks."""
+        t0 = time.perf_counter()
+        try:
+            verifier, _, _ = self._verifier(params_file, overrides, window)
+            verifier.score("rank(ts_std(volume, 20) / ts_mean(volume, 20))")
+        except AlphagymError as exc:         # e.g. no panel yet: each request then gets the same error
+            self.log(f"warm: not loaded ({exc})")
+            return
+        self.log(f"warm: the {window} verifier loaded in {time.perf_counter() - t0:.2f} s")
 
     def handle(self, req: dict[str, Any]) -> dict[str, Any]:
         why = self._refusal(req)
@@ -227,8 +245,9 @@ class ScoreServer:
         if req.get("package") != self.identity["package"]:
             return f"the server (pid {os.getpid()}) runs the alphagym installed at {self.identity['package']}"
         if code_signature() != self.code:
-            return (f"the alphagym source changed since the server (pid {os.getpid()}) started: "
-                    "restart `alphagym serve`")
+            self.stale = True            # it can serve nobody from now on: stop, so a fresh one can start
+            return (f"the alphagym source changed since the server (pid {os.getpid()}) started: it stops; "
+                    "the next `alphagym score` starts a fresh one")
         return None
 
     def _verifier(self, params_file: str, overrides: list[str], window: str) -> tuple[Any, str | None, bool]:
