@@ -192,11 +192,14 @@ def _start_server(args: argparse.Namespace) -> str:
     from alphagym.verifier.server import socket_path
 
     log = socket_path().with_suffix(".log")
-    log.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "alphagym.cli", "serve", "--idle-timeout", f"{AUTOSERVE_IDLE_S:g}",
            "--warm", args.window, "--params", args.params, *(x for kv in args.set for x in ("--set", kv))]
-    with open(log, "ab") as fh:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=fh, stderr=fh, start_new_session=True)
+    try:
+        log.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with open(log, "ab") as fh:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=fh, stderr=fh, start_new_session=True)
+    except OSError as exc:               # the card is scored already: say why no server, do not fail
+        return f"scored in this process; could not start `alphagym serve` ({exc})"
     return (f"scored in this process; started `alphagym serve` (pid {proc.pid}, log {log}) to answer the next "
             f"calls, until {AUTOSERVE_IDLE_S / 60:g} min idle ({AUTOSERVE_ENV}=0 or --no-server: never)")
 
