@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 # error_type of an answer whose evaluation raised something other than a typed DslError: a bug of ours,
 # not of the answer. The card is invalid (one model answer never aborts a group or a 40-minute rung), the
-# formula is logged, and the trainer and SFT report count these cards; the fuzz tests assert there are none.
+# formula is logged, and the trainer counts these cards (verifier/evaluator_errors); a fuzz test asserts none.
 EVALUATOR_ERROR = "evaluator_error"
 
 
