@@ -101,12 +101,22 @@ def test_constant_window_semantics():
     assert np.isnan(ev.evaluate(parse("ts_zscore(close, 10)"))[49:70, 1]).all()
 
 
-def test_operators_over_literal_only_expressions_evaluate():
+def test_operators_over_literal_only_expressions_evaluate(monkeypatch):
     """A model wrote `ts_delta(correlation(2e8 - indneutralize(1), 6 / power(1, 5), 5), 5)`: `power` of
-    two literals came back 1-D and the ts kernel raised a numba TypingError, escaping the typed errors."""
+    two literals came back 1-D and the ts kernel raised a numba TypingError, escaping the typed errors.
+    The parser now refuses such calls as constant (`dsl.degenerate`); the evaluator must still cope with
+    them, so they are built here with that check switched off."""
+    from alphagym.dsl.errors import DegenerateError
+    from alphagym.dsl.parser import _Parser
+
+    formulas = ("ts_delta(correlation(2e8 - indneutralize(1), 6 / power(1, 5), 5), 5)", "rank(power(2, 3))",
+                "ts_mean(signedpower(-2, 3), 5)", "ts_corr(close, 1 ^ 3, 5)", "scale(power(1, 0.5))")
+    for f in formulas:
+        with pytest.raises(DegenerateError):
+            parse(f)
+    monkeypatch.setattr(_Parser, "check_constant", lambda self, reason, tok: None)
     ev = Evaluator(random_panel())
-    for f in ("ts_delta(correlation(2e8 - indneutralize(1), 6 / power(1, 5), 5), 5)", "rank(power(2, 3))",
-              "ts_mean(signedpower(-2, 3), 5)", "ts_corr(close, 1 ^ 3, 5)", "scale(power(1, 0.5))"):
+    for f in formulas:
         out = ev.evaluate(parse(f))
         assert out.shape == ev.shape, f
 

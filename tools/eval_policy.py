@@ -37,6 +37,8 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=None, help="answers per brief (default sft.eval.samples)")
     ap.add_argument("--decoding", nargs="+", choices=["grammar", "free"], default=["grammar"])
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--answers", metavar="PARQUET", help="also write every answer with its validity and reason "
+                    "(columns seed and decoding added)")
     args = ap.parse_args()
     if bool(args.policy) == bool(args.zero_shot):
         ap.error("give a policy folder or --zero-shot BACKEND, not both")
@@ -49,11 +51,12 @@ def main() -> None:
     verifier = Verifier(Panel.read_parquet(r / "panel" / "train.parquet"), params)   # as the sft stage
     policy = (load_policy(args.policy, params["policy"]) if args.policy
               else build_policy(args.zero_shot, params["policy"], [], int(params["seed"])))
+    table: list[dict] = []
     for seed in seeds:
         for decoding in args.decoding:
             set_decoding(policy, {**params, "policy": {**params["policy"], "decoding": decoding}})
             t0 = time.perf_counter()
-            stats, _ = evaluate_policy(policy, holdout, verifier, cat, float(params["briefs"]["horizon_tolerance"]),
+            stats, rows = evaluate_policy(policy, holdout, verifier, cat, float(params["briefs"]["horizon_tolerance"]),
                                        samples, float(ev["temperature"]), seed)
             d = policy.decode_stats
             print(json.dumps({"policy": args.policy or f"{args.zero_shot} (zero-shot)", "seed": seed,
@@ -62,6 +65,11 @@ def main() -> None:
                               "forced": d.get("forced", 0), "seconds": round(time.perf_counter() - t0, 1)},
                              default=float), flush=True)
             policy.decode_stats.clear()
+            table += [{**row, "seed": seed, "decoding": decoding} for row in rows]
+    if args.answers:
+        import pandas as pd
+
+        pd.DataFrame(table).to_parquet(args.answers, index=False)
 
 
 if __name__ == "__main__":

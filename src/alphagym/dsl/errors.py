@@ -45,6 +45,12 @@ class LimitError(DslError):
     rule = "limit"
 
 
+class DegenerateError(DslError):
+    """A call that is constant by construction (`dsl.degenerate`): sign of a one-signed quantity, an
+    operator over literals only, ts_corr of a series with itself."""
+    rule = "constant"
+
+
 class UnavailableFieldError(DslError):
     """A field the grammar knows but the panel does not carry (e.g. `cap`)."""
     rule = "unavailable_field"

@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass
 
 from alphagym.dsl.ast import Call, Field, Node, Num, depth, walk
-from alphagym.dsl.errors import ArityError, LimitError, ParseError, UnknownNameError, WindowError
+from alphagym.dsl.degenerate import constant_arguments, constant_call
+from alphagym.dsl.errors import ArityError, DegenerateError, LimitError, ParseError, UnknownNameError, WindowError
 from alphagym.dsl.lexer import Token, tokenize
 from alphagym.dsl.registry import ALIASES, FIELDS, GROUPS, INFIX, OPS
 
@@ -191,7 +192,14 @@ class _Parser:
                 self.expect(",", "between arguments")
                 if self.prefix and len(args) >= most:
                     raise self.arity(low, tok, len(args) + 1, f"at most {most}")
+                if self.prefix and self.literal_slot(low, len(args)):
+                    # the expression arguments are complete: a constant call is refused at this ',', since
+                    # no window written after it could make it vary (the decoder must leave a way out)
+                    if all(not isinstance(a, str) for a, _ in args):
+                        self.check_constant(constant_arguments(ALIASES.get(low, low), [a for a, _ in args]), tok)
         node = self.build(low, tok, args)
+        if isinstance(node, Call):
+            self.check_constant(constant_call(node), tok)
         if self.prefix:
             self.pending.pop()
             d, lb = self.shape(node)
@@ -199,6 +207,10 @@ class _Parser:
                 raise LimitError(f"expression depth exceeds {self.limits.max_depth}", tok.pos, self.text)
             self.check_lookback(lb, tok)
         return node
+
+    def check_constant(self, reason: str | None, tok: Token) -> None:
+        if reason is not None:
+            raise DegenerateError(reason, tok.pos, self.text)
 
     def least_own_lookback(self, low: str) -> int:
         """The least lookback a call of `low` adds to its arguments' (prefix mode; see `pending`)."""

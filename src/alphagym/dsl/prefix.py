@@ -6,8 +6,11 @@ because the text ended (the error is at the end position). Prefix mode checks at
 the full parse checks at a call's closing ')' (unknown function, too many arguments, a window that is not
 a literal in [1, max_window], the depth and lookback limits), so a viable prefix always has a completion:
 the decoder never walks into a dead end it cannot leave. A name cut off at the end ("ts_co") is viable
-when some field or function starts with it; it is tried completed as a field and as a call. What the
-parser cannot see is left to the verifier: a formula may still parse and carry no signal.
+when some field or function starts with it; it is tried completed as a field and as a call. The parser
+also refuses calls that are constant by construction (`dsl.degenerate`: `sign` of a quantity that is
+never negative, an operator over literals, `ts_corr(x, x)`), each where no continuation could rescue it.
+What the parser cannot see is left to the verifier: a formula may still parse and carry no signal (a
+static book, a quantity positive for every stock by the data rather than by construction).
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ _PARTIAL_NAME = re.compile(r"(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0
 _FUNCTIONS = tuple(sorted({*(n for n, s in OPS.items() if s.infix is None and n not in ("neg", "where")),
                            *ALIASES}))
 # tried in this order when finishing an answer: close what is open, then supply what is missing
-_CLOSING_PIECES = (CLOSE, ")", ", 5", ", 1", " : 0", " 1", "1", ", IndClass.sector", "IndClass.sector", " close",
-                   "|", "&", "=")
+# (a missing operand is ` returns` before ` 1`: a literal would leave `rank( 1` a call the parser refuses as
+# constant; " - returns" rescues one that is, e.g. `sign(volume`, by making its argument vary)
+_CLOSING_PIECES = (CLOSE, ")", ", 5", ", 1", " : 0", " returns", " 1", "1", ", IndClass.sector", "IndClass.sector",
+                   " close", " - returns", "|", "&", "=")
 _HALF_NUMBER = re.compile(r"((?<![0-9A-Za-z_.])\.|[0-9.][eE][+-]?)\Z")     # \Z: `$` also matches before a final newline
 _HALF_OPERATOR = {"|": "|", "&": "&", "!": "=", "=": "="}
 _INDCLASS = tuple(f"indclass.{g}" for g in GROUPS)
@@ -81,7 +86,9 @@ class PrefixChecker:
                     return out[len(text):] + CLOSE[k:]
             m = _PARTIAL_NAME.search(out)
             names = [out[: m.start()] + c for c in self._completions(m.group(0).lower())] if m else []
-            steps = [*names, *(out + p for p in _CLOSING_PIECES)]
+            # a digit after a number only lengthens it (it cannot close anything the parser refused)
+            pieces = [p for p in _CLOSING_PIECES if not (p == "1" and out[-1:].isdigit())]
+            steps = [*names, *(out + p for p in pieces)]
             nxt = next((t for t in steps if t != out and self.state(t) != "dead"), None)
             if nxt is None:
                 return None

@@ -31,6 +31,13 @@ class OpSpec:
     doc: str
     commutative: bool = False
     infix: str | None = None       # symbol when printed infix
+    sign: str = "?"                # what is known of the output's sign (`dsl.degenerate.sign_class`):
+    # 'nonneg' never negative, may be 0 | 'abs' never negative, positive if the argument is never 0 |
+    # 'spread' never negative, positive over a window of a continuous series | 'same' the first
+    # argument's | 'even' the first argument's if it is never negative | 'product' of the two arguments' |
+    # 'sum' theirs when they agree | 'neg' flipped | '?' unknown
+    continuous: bool = False       # continuous in its arguments: continuous inputs give a value that is
+    # exactly 0 (or tied) on almost no day (arithmetic, moments), unlike comparisons, ranks, argmax, sign
 
 
 def _ew(fn: Callable[..., Array], fill_literals: bool = True) -> Callable[..., Array]:
@@ -86,60 +93,74 @@ _SIGNEDPOWER = _ew(E.signedpower, fill_literals=False)
 
 _ROWS = [
     # element-wise
-    OpSpec("add", 2, "elem", "max", _ew(E.add), "a + b", True, "+"),
-    OpSpec("sub", 2, "elem", "max", _ew(E.sub), "a - b", False, "-"),
-    OpSpec("mul", 2, "elem", "max", _ew(E.mul), "a * b", True, "*"),
-    OpSpec("div", 2, "elem", "max", _ew(E.div), "a / b; NaN where b == 0", False, "/"),
-    OpSpec("pow", 2, "elem", "max", _POWER, "a ^ b (binds tighter than *); NaN if not real", False, "^"),
-    OpSpec("neg", 1, "elem", "max", _ew(E.neg), "-a"),
-    OpSpec("abs", 1, "elem", "max", _ew(E.absolute), "|x|"),
-    OpSpec("log", 1, "elem", "max", _ew(E.log), "natural log; NaN where x <= 0"),
+    OpSpec("add", 2, "elem", "max", _ew(E.add), "a + b", True, "+", sign="sum", continuous=True),
+    OpSpec("sub", 2, "elem", "max", _ew(E.sub), "a - b", False, "-", continuous=True),
+    OpSpec("mul", 2, "elem", "max", _ew(E.mul), "a * b", True, "*", sign="product", continuous=True),
+    OpSpec("div", 2, "elem", "max", _ew(E.div), "a / b; NaN where b == 0", False, "/", sign="product", continuous=True),
+    OpSpec("pow", 2, "elem", "max", _POWER, "a ^ b (binds tighter than *); NaN if not real", False, "^", sign="even",
+           continuous=True),
+    OpSpec("neg", 1, "elem", "max", _ew(E.neg), "-a", sign="neg", continuous=True),
+    OpSpec("abs", 1, "elem", "max", _ew(E.absolute), "|x|", sign="abs", continuous=True),
+    OpSpec("log", 1, "elem", "max", _ew(E.log), "natural log; NaN where x <= 0", continuous=True),
     OpSpec("sign", 1, "elem", "max", _ew(E.sign), "-1, 0 or 1"),
-    OpSpec("sqrt", 1, "elem", "max", _ew(E.sqrt), "square root; NaN where x < 0"),
-    OpSpec("power", 2, "elem", "max", _POWER, "x ^ a"),
-    OpSpec("signedpower", 2, "elem", "max", _SIGNEDPOWER, "sign(x) * |x| ^ a"),
-    OpSpec("min", 2, "elem", "max", _ew(E.minimum), "element-wise minimum (min(x, literal) is ts_min)", True),
-    OpSpec("max", 2, "elem", "max", _ew(E.maximum), "element-wise maximum (max(x, literal) is ts_max)", True),
-    OpSpec("lt", 2, "elem", "max", _ew(E.lt), "1 if a < b else 0", False, "<"),
-    OpSpec("le", 2, "elem", "max", _ew(E.le), "1 if a <= b else 0", False, "<="),
-    OpSpec("gt", 2, "elem", "max", _ew(E.gt), "1 if a > b else 0", False, ">"),
-    OpSpec("ge", 2, "elem", "max", _ew(E.ge), "1 if a >= b else 0", False, ">="),
-    OpSpec("eq", 2, "elem", "max", _ew(E.eq), "1 if a == b else 0", True, "=="),
-    OpSpec("ne", 2, "elem", "max", _ew(E.ne), "1 if a != b else 0", True, "!="),
-    OpSpec("or", 2, "elem", "max", _ew(E.logical_or), "1 if a or b is non-zero", True, "||"),
-    OpSpec("and", 2, "elem", "max", _ew(E.logical_and), "1 if both non-zero", True, "&&"),
+    OpSpec("sqrt", 1, "elem", "max", _ew(E.sqrt), "square root; NaN where x < 0", sign="even", continuous=True),
+    OpSpec("power", 2, "elem", "max", _POWER, "x ^ a", sign="even", continuous=True),
+    OpSpec("signedpower", 2, "elem", "max", _SIGNEDPOWER, "sign(x) * |x| ^ a", sign="same", continuous=True),
+    OpSpec("min", 2, "elem", "max", _ew(E.minimum), "element-wise minimum (min(x, literal) is ts_min)", True,
+           sign="sum"),
+    OpSpec("max", 2, "elem", "max", _ew(E.maximum), "element-wise maximum (max(x, literal) is ts_max)", True,
+           sign="sum"),
+    OpSpec("lt", 2, "elem", "max", _ew(E.lt), "1 if a < b else 0", False, "<", sign="nonneg"),
+    OpSpec("le", 2, "elem", "max", _ew(E.le), "1 if a <= b else 0", False, "<=", sign="nonneg"),
+    OpSpec("gt", 2, "elem", "max", _ew(E.gt), "1 if a > b else 0", False, ">", sign="nonneg"),
+    OpSpec("ge", 2, "elem", "max", _ew(E.ge), "1 if a >= b else 0", False, ">=", sign="nonneg"),
+    OpSpec("eq", 2, "elem", "max", _ew(E.eq), "1 if a == b else 0", True, "==", sign="nonneg"),
+    OpSpec("ne", 2, "elem", "max", _ew(E.ne), "1 if a != b else 0", True, "!=", sign="nonneg"),
+    OpSpec("or", 2, "elem", "max", _ew(E.logical_or), "1 if a or b is non-zero", True, "||", sign="nonneg"),
+    OpSpec("and", 2, "elem", "max", _ew(E.logical_and), "1 if both non-zero", True, "&&", sign="nonneg"),
     OpSpec("where", 3, "elem", "max", _ew(E.where), "c ? a : b (NaN where c is NaN)"),
     # cross-sectional
     OpSpec("rank", 1, "cs", "max", lambda a, w, p, c: K.cs_rank(a[0]),
-           "(average rank - 1) / (n - 1) over stocks with a value, ties averaged"),
-    OpSpec("scale", 1, "cs", "max", _scale, "x * a / sum(|x|) (a = 1 by default); 0 where the sum is 0"),
-    OpSpec("indneutralize", 1, "cs", "max", _indneutralize, "x minus its group (sector) mean"),
+           "(average rank - 1) / (n - 1) over stocks with a value, ties averaged", sign="nonneg"),
+    OpSpec("scale", 1, "cs", "max", _scale, "x * a / sum(|x|) (a = 1 by default); 0 where the sum is 0",
+           continuous=True),
+    OpSpec("indneutralize", 1, "cs", "max", _indneutralize, "x minus its group (sector) mean", continuous=True),
     # time series (window d counted in sessions, today included)
-    OpSpec("delay", 1, "ts", "shift", _delay, "x[t - d]"),
-    OpSpec("ts_delta", 1, "ts", "shift", _delta, "x[t] - x[t - d]"),
-    OpSpec("ts_sum", 1, "ts", "window", _ts(K.ts_moments, K.K_SUM), "sum of the last d values"),
-    OpSpec("ts_mean", 1, "ts", "window", _ts(K.ts_moments, K.K_MEAN), "mean of the last d values"),
-    OpSpec("ts_std", 1, "ts", "window", _ts(K.ts_moments, K.K_STD), "population std (ddof 0)"),
-    OpSpec("ts_zscore", 1, "ts", "window", _ts(K.ts_moments, K.K_ZSCORE), "(x - mean) / std; NaN if constant"),
+    OpSpec("delay", 1, "ts", "shift", _delay, "x[t - d]", sign="same", continuous=True),
+    OpSpec("ts_delta", 1, "ts", "shift", _delta, "x[t] - x[t - d]", continuous=True),
+    OpSpec("ts_sum", 1, "ts", "window", _ts(K.ts_moments, K.K_SUM), "sum of the last d values", sign="same",
+           continuous=True),
+    OpSpec("ts_mean", 1, "ts", "window", _ts(K.ts_moments, K.K_MEAN), "mean of the last d values", sign="same",
+           continuous=True),
+    OpSpec("ts_std", 1, "ts", "window", _ts(K.ts_moments, K.K_STD), "population std (ddof 0)", sign="spread",
+           continuous=True),
+    OpSpec("ts_zscore", 1, "ts", "window", _ts(K.ts_moments, K.K_ZSCORE), "(x - mean) / std; NaN if constant",
+           continuous=True),
     OpSpec("ts_corr", 2, "ts", "window", _ts(K.ts_moments, K.K_CORR, True),
-           "Pearson correlation; NaN over a constant window", True),
-    OpSpec("ts_cov", 2, "ts", "window", _ts(K.ts_moments, K.K_COV, True), "population covariance", True),
-    OpSpec("ts_max", 1, "ts", "window", _ts(K.ts_extreme, K.K_MAX), "max of the last d values"),
-    OpSpec("ts_min", 1, "ts", "window", _ts(K.ts_extreme, K.K_MIN), "min of the last d values"),
+           "Pearson correlation; NaN over a constant window", True, continuous=True),
+    OpSpec("ts_cov", 2, "ts", "window", _ts(K.ts_moments, K.K_COV, True), "population covariance", True,
+           continuous=True),
+    OpSpec("ts_max", 1, "ts", "window", _ts(K.ts_extreme, K.K_MAX), "max of the last d values", sign="same",
+           continuous=True),
+    OpSpec("ts_min", 1, "ts", "window", _ts(K.ts_extreme, K.K_MIN), "min of the last d values", sign="same",
+           continuous=True),
     OpSpec("ts_argmax", 1, "ts", "window", _ts(K.ts_extreme, K.K_ARGMAX),
-           "sessions since the max (0 = today, ties to the most recent)"),
+           "sessions since the max (0 = today, ties to the most recent)", sign="nonneg"),
     OpSpec("ts_argmin", 1, "ts", "window", _ts(K.ts_extreme, K.K_ARGMIN),
-           "sessions since the min (0 = today, ties to the most recent)"),
+           "sessions since the min (0 = today, ties to the most recent)", sign="nonneg"),
     OpSpec("ts_rank", 1, "ts", "window", _ts(K.ts_window_scan, K.K_RANK),
-           "share of the other d-1 values strictly below today's, ties 1/2, in [0, 1]"),
-    OpSpec("ts_product", 1, "ts", "window", _ts(K.ts_window_scan, K.K_PRODUCT), "product of the last d values"),
-    OpSpec("ts_skew", 1, "ts", "window", _ts(K.ts_window_scan, K.K_SKEW), "population skewness"),
-    OpSpec("ts_kurt", 1, "ts", "window", _ts(K.ts_window_scan, K.K_KURT), "population excess kurtosis"),
+           "share of the other d-1 values strictly below today's, ties 1/2, in [0, 1]", sign="nonneg"),
+    OpSpec("ts_product", 1, "ts", "window", _ts(K.ts_window_scan, K.K_PRODUCT), "product of the last d values",
+           sign="even", continuous=True),
+    OpSpec("ts_skew", 1, "ts", "window", _ts(K.ts_window_scan, K.K_SKEW), "population skewness", continuous=True),
+    OpSpec("ts_kurt", 1, "ts", "window", _ts(K.ts_window_scan, K.K_KURT), "population excess kurtosis",
+           continuous=True),
     OpSpec("ts_decay_linear", 1, "ts", "window", _ts(K.ts_weighted, K.K_DECAY),
-           "weights d, d-1, ..., 1 (today d), normalised"),
+           "weights d, d-1, ..., 1 (today d), normalised", sign="same", continuous=True),
     OpSpec("ts_ema", 1, "ts", "window", _ts(K.ts_weighted, K.K_EMA),
-           "weights (1-a)^k over the last d values, a = 2/(d+1), normalised"),
-    OpSpec("ts_slope", 1, "ts", "window", _ts(K.ts_weighted, K.K_SLOPE), "OLS slope on 0..d-1 (per session)"),
+           "weights (1-a)^k over the last d values, a = 2/(d+1), normalised", sign="same", continuous=True),
+    OpSpec("ts_slope", 1, "ts", "window", _ts(K.ts_weighted, K.K_SLOPE), "OLS slope on 0..d-1 (per session)",
+           continuous=True),
 ]
 
 OPS: dict[str, OpSpec] = {row.name: row for row in _ROWS}
@@ -153,4 +174,5 @@ ALIASES = {
 }
 
 FIELDS = (*DSL_FIELDS, "cap")    # cap: market capitalisation, read when a panel carries it
+POSITIVE_FIELDS = frozenset(FIELDS) - {"returns"}     # prices, volume, vwap, cap: above 0 on every real day
 GROUPS = ("sector", "industry", "subindustry")

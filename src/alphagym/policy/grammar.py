@@ -16,8 +16,9 @@ token.
 Closing: an answer still open when the last quarter of `max_new_tokens` begins (at least 8 tokens) would be
 cut at the cap and score invalid. It is finished there with the shortest completion the checker finds
 (`PrefixChecker.completion`: close what is open, supply a missing window or operand, then `</alpha>`),
-written token by token, then the end token. This touches only answers already longer than nearly every
-training formula; `forced` counts them.
+written token by token, then the end token; from half the budget on, an answer whose completion would
+need nearly all the tokens left (deep nesting) is finished at once. This touches only answers already
+longer than nearly every training formula; `forced` counts them.
 """
 
 from __future__ import annotations
@@ -57,8 +58,11 @@ class GrammarSampler(LogitsProcessor):
         self.tokenizer, self.eos, self.scan = tokenizer, tokenizer.eos_token_id, scan
         # special tokens decode to nothing, so the text would not show them: refused (but the end token)
         self.special = frozenset(tokenizer.all_special_ids) - {self.eos}
-        # the last quarter of the budget (at least 8 tokens) is for closing; 0: never
+        # the last quarter of the budget (at least 8 tokens) is for closing; 0: never. From half the budget
+        # on, an answer whose shortest completion would no longer fit in what is left closes at once
+        self.max_new_tokens = max_new_tokens
         self.closing_from = max_new_tokens - max(8, max_new_tokens // 4) if max_new_tokens else 1 << 30
+        self.watch_from = max_new_tokens // 2 if max_new_tokens else 1 << 30
         self.forced: dict[int, list[int]] = {}       # batch row -> the completion's tokens still to write
         self.stats = {"draws": 0, "steered": 0, "rejections": 0, "dead_ends": 0, "forced": 0}
         # token -> its own text when appending it is exact (ASCII, not an added token), else None; None
@@ -114,18 +118,27 @@ class GrammarSampler(LogitsProcessor):
         self.stats["dead_ends"] += 1
         return None
 
-    def _start_forcing(self, b: int, row: list[int]) -> None:
-        """Queue row `b`'s shortest completion (its tokens, then the end token); empty when there is none."""
+    def _completion(self, row: list[int]) -> list[int] | None:
+        """The tokens of the row's shortest completion, then the end token; None when there is none."""
         text = self._text(row)
         suffix = self.checker.completion(text) if self.checker.state(text) == "open" else None
-        self.forced[b] = ([*self.tokenizer(suffix, add_special_tokens=False)["input_ids"], self.eos]
-                          if suffix is not None else [])
-        self.stats["forced"] += suffix is not None
+        return None if suffix is None else [*self.tokenizer(suffix, add_special_tokens=False)["input_ids"], self.eos]
+
+    def _start_forcing(self, b: int, row: list[int], queue: list[int] | None = None) -> None:
+        """Queue row `b`'s shortest completion (`queue`, or computed); empty when there is none."""
+        queue = self._completion(row) if queue is None else queue
+        self.forced[b] = queue or []
+        self.stats["forced"] += queue is not None
 
     def _next_forced(self, b: int, row: list[int]) -> int | None:
-        """The next token of row `b`'s forced completion (computed when its closing phase begins)."""
+        """The next token of row `b`'s forced completion (computed when its closing phase begins, or
+        earlier from `watch_from` on, once the completion needs nearly all the tokens left)."""
         if b not in self.forced and len(row) >= self.closing_from:
             self._start_forcing(b, row)
+        elif b not in self.forced and len(row) >= self.watch_from:
+            queue = self._completion(row)
+            if queue is not None and len(queue) + 2 >= self.max_new_tokens - len(row):
+                self._start_forcing(b, row, queue)
         queue = self.forced.get(b)
         if queue and self._ok(row, queue[0]):
             return queue.pop(0)
