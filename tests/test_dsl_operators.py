@@ -104,8 +104,8 @@ def test_constant_window_semantics():
 def test_operators_over_literal_only_expressions_evaluate(monkeypatch):
     """A model wrote `ts_delta(correlation(2e8 - indneutralize(1), 6 / power(1, 5), 5), 5)`: `power` of
     two literals came back 1-D and the ts kernel raised a numba TypingError, escaping the typed errors.
-    The parser now refuses such calls as constant (`dsl.degenerate`); the evaluator must still cope with
-    them, so they are built here with that check switched off."""
+    The parser refuses such calls as constant (`dsl.degenerate`); the evaluator must still cope with them,
+    so they are built here with that check switched off."""
     from alphagym.dsl.errors import DegenerateError
     from alphagym.dsl.parser import _Parser
 

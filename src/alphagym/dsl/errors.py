@@ -46,8 +46,8 @@ class LimitError(DslError):
 
 
 class DegenerateError(DslError):
-    """A call that is constant by construction (`dsl.degenerate`): sign of a one-signed quantity, an
-    operator over literals only, ts_corr of a series with itself."""
+    """A call that is constant by construction (`dsl.degenerate`): sign of a quantity positive (or
+    negative) on almost every day, an operator over literals only, ts_corr of a series with itself."""
     rule = "constant"
 
 

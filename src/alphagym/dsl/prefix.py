@@ -7,8 +7,8 @@ the full parse checks at a call's closing ')' (unknown function, too many argume
 a literal in [1, max_window], the depth and lookback limits), so a viable prefix always has a completion:
 the decoder never walks into a dead end it cannot leave. A name cut off at the end ("ts_co") is viable
 when some field or function starts with it; it is tried completed as a field and as a call. The parser
-also refuses calls that are constant by construction (`dsl.degenerate`: `sign` of a quantity that is
-never negative, an operator over literals, `ts_corr(x, x)`), each where no continuation could rescue it.
+also refuses calls that are constant by construction (`dsl.degenerate`: `sign` of a quantity positive on
+almost every day, an operator over literals, `ts_corr(x, x)`), each where no continuation could rescue it.
 What the parser cannot see is left to the verifier: a formula may still parse and carry no signal (a
 static book, a quantity positive for every stock by the data rather than by construction).
 """
