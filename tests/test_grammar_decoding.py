@@ -40,6 +40,18 @@ CHECK = PrefixChecker()
     ("<alpha>ts_mean(close)", "dead"),                       # too few arguments (refused at ')')
     ("<alpha>indneutralize(close, 35", "dead"), ("<alpha>indneutralize(close, IndClass.sec", "open"),
     ("<alpha>scale(close, rank(", "dead"), ("<alpha>scale(close, -", "open"),
+    # a group anywhere but indneutralize's second argument: refused at its name, as no ')' could accept it
+    ("<alpha>ts_corr(vwap, IndClass.subindustry", "dead"), ("<alpha>rank(IndClass.sector", "dead"),
+    ("<alpha>indneutralize(IndClass.sector", "dead"),
+    # the depth limit counts the levels the open calls, operators and ternaries will still add
+    ("<alpha>" + "rank(" * 15 + "close", "open"),          # 15 calls over a field: depth 16, the limit
+    ("<alpha>" + "rank(" * 15 + "close -", "dead"),        # the '-' would make it 17
+    ("<alpha>" + "rank(" * 14 + "close - volume", "open"),
+    ("<alpha>" + "rank(" * 14 + "adv20", "dead"),          # adv20 is ts_mean(close * volume): 3 levels
+    ("<alpha>" + "rank(" * 16, "dead"),                    # a 16th call leaves no room for its argument
+    ("<alpha>" + "rank(" * 14 + "close ? ", "open"), ("<alpha>" + "rank(" * 15 + "close ? ", "dead"),
+    # one literal operand makes ts_corr / ts_cov constant: refused at the ',' that seals it
+    ("<alpha>ts_corr(252", "open"), ("<alpha>ts_corr(252, ", "dead"), ("<alpha>ts_cov(close, 5, ", "dead"),
 ])
 def test_prefix_states(text, state):
     assert CHECK.state(text) == state
@@ -85,6 +97,48 @@ def test_completion_finishes_every_open_prefix():
     assert CHECK.completion("<alpha>close ?") == " returns : 0</alpha>"
     assert CHECK.completion("<alpha>rank(close)</alpha>") is None          # done: nothing to add
     assert CHECK.completion("<alpha>foo(") is None                         # dead: nothing finishes it
+
+
+# answers the tiny SFT policy wrote under grammar decoding, cut at its 128-token budget without a closing
+# tag: each walked into a prefix the checker called viable but nothing could finish (a group inside ts_corr;
+# an operator chain past the depth limit, which the full parse found only at the end)
+_RAN_INTO_DEAD_ENDS = [
+    "<alpha>rank(indneutralize(ts_rank(high / low, 9) - ts_argmax(ts_decay_linear(ts_corr(rank(low), "
+    "ts_delta(log(close), 1), 19), 18), 5), IndClass.subindustry)) * 40 < rank(ts_corr(vwap, IndClass.subindustry, 4",
+    "<alpha>sign(indneutralize(ts_corr(close, open * 0.634196 + sign(ts_min(close, 4) / 8 + (1 * (high - "
+    "ts_mean(close * volume, 40) * -1 - rank(ts_decay_linear(close, 1)) + open) / (high - low + 0.001)) < 0.05 ? "
+    "-1 * (vwap + 0.524434 + low * (1 - 0.178404 + open) ",
+    "<alpha>-sign(ts_corr(volume, returns, 6) / ts_cov(ts_delta(close / vwap, 20), high - low, 30) / (vwap - "
+    "volume * (1 + ts_rank(indneutralize(delay(-1 - vwap * (volume - (high) / 2) + rank(returns - "
+    "ts_max(abs(returns), 5)) * 0.967285 + low / 2 - close, 23), Ind",
+    "<alpha>rank(indneutralize(rank(ts_rank(high / low, 236)) * rank(ts_rank(ts_rank((high + low) / 2 - close, "
+    "252), 1))) * volume / ts_mean(close, 20) / vwap\n< high - low) / 2 - close<(returns - vwap) + 0.05 * "
+    "(vwap -1 == ts_mean(close / vwap, 8)) - rank(ts_cov(cl",
+]
+
+
+@pytest.mark.parametrize("answer", _RAN_INTO_DEAD_ENDS)
+def test_every_viable_prefix_of_a_policy_answer_has_a_completion(answer):
+    """The decoder's promise, on what a policy really wrote: whatever prefix the checker lets through can be
+    finished. Before the depth and group checks were made early, each of these answers had viable prefixes
+    with no completion at all."""
+    open_prefixes = 0
+    for k in range(len("<alpha>"), len(answer) + 1):
+        prefix = answer[:k]
+        if CHECK.state(prefix) != "open":
+            continue
+        open_prefixes += 1
+        suffix = CHECK.completion(prefix)
+        assert suffix is not None, prefix
+        assert CHECK.state(prefix + suffix) == "done", (prefix, suffix)
+    assert open_prefixes > 100
+
+
+def test_completion_backs_up_where_the_first_choice_runs_out():
+    """`ts_corr(252` may not take a window (`ts_corr(252, ` is constant): the rescue is an operand after the
+    literal, which a greedy pass never reaches."""
+    assert CHECK.completion("<alpha>ts_corr(252") == " - returns, 5 - returns, 5)</alpha>"
+    assert CHECK.completion("<alpha>" + "rank(" * 15 + "close") == ")" * 15 + "</alpha>"
 
 
 def test_plain_printer_round_trips():

@@ -57,6 +57,11 @@ class _Parser:
         # or ts_delta, whose window is at least 1; 0 otherwise), innermost last. A subtree's lookback plus
         # the enclosing calls' least must fit, or no completion can: `delay(ts_sum(x, 252), ` is dead.
         self.pending: list[int] = []
+        # prefix mode: the least depth the enclosing unfinished nodes will add once built (one per open call,
+        # per infix operator or '^' whose right side is being read, per open ternary). A subtree's depth plus
+        # it must fit, or no completion can: an operator chain deepens its tree at every operator, so the
+        # full parse's depth limit would otherwise be met only after the text has run into a dead end.
+        self.outer = 0
 
     # -- helpers --
     @property
@@ -91,10 +96,15 @@ class _Parser:
     def ternary(self) -> Node:
         self.enter()
         cond = self.binary(0)
-        if self.accept("?"):
+        if self.tok.kind == "op" and self.tok.text == "?":
+            if self.prefix:
+                self.check_depth(self.shape(cond)[0] + 1, self.tok)
+            self.i += 1
+            self.outer += 1
             yes = self.ternary()
             self.expect(":", "in a 'c ? a : b' expression")
             no = self.ternary()
+            self.outer -= 1
             cond = Call("where", (cond, yes, no))
         self.nest -= 1
         return cond
@@ -107,28 +117,44 @@ class _Parser:
         left = self.unary()
         while self.tok.kind == "op" and self._PREC.get(self.tok.text, -1) >= level:
             op = self.tok.text
+            if self.prefix:
+                self.check_depth(self.shape(left)[0] + 1, self.tok)
             self.i += 1
+            self.outer += 1
             right = self.binary(self._PREC[op] + 1)
+            self.outer -= 1
             left = Call(INFIX[op], (left, right))
         return left
 
     def unary(self) -> Node:
         if self.tok.kind == "op" and self.tok.text in ("-", "+"):
-            sign = self.tok.text
+            sign, tok = self.tok.text, self.tok
             self.i += 1
             self.enter()
+            # `-name...` is sure to build a `neg` level; `-2` builds none, `-(...)` is known only once read
+            ahead = int(sign == "-" and self.tok.kind == "name")
+            self.outer += ahead
             operand = self.unary()
+            self.outer -= ahead
             self.nest -= 1
-            if sign == "+":
-                return operand
-            return Num(-operand.value) if isinstance(operand, Num) else Call("neg", (operand,))
+            if sign == "+" or isinstance(operand, Num):
+                return operand if sign == "+" else Num(-operand.value)
+            node = Call("neg", (operand,))
+            if self.prefix:                # its level is not counted ahead: `-` before a literal adds none
+                self.check_depth(self.shape(node)[0], tok)
+            return node
         return self.power()
 
     def power(self) -> Node:
         base = self.primary()
-        if self.accept("^"):
+        if self.tok.kind == "op" and self.tok.text == "^":
+            if self.prefix:
+                self.check_depth(self.shape(base)[0] + 1, self.tok)
+            self.i += 1
             self.enter()
+            self.outer += 1
             exponent = self.unary()
+            self.outer -= 1
             self.nest -= 1
             return Call("pow", (base, exponent))
         return base
@@ -160,7 +186,10 @@ class _Parser:
         m = _ADV.match(low)
         if m:
             d = self.window_value(float(m.group(1)), tok, "adv")
-            return Call("ts_mean", (Call("mul", (Field("close"), Field("volume"))),), window=d)
+            node = Call("ts_mean", (Call("mul", (Field("close"), Field("volume"))),), window=d)
+            if self.prefix:                # three levels for one name
+                self.check_depth(self.shape(node)[0], tok)
+            return node
         if low.startswith("indclass."):
             raise ParseError(f"{tok.text} is only allowed as the second argument of indneutralize",
                              tok.pos, self.text)
@@ -176,6 +205,8 @@ class _Parser:
         most = self.max_args(low, tok) if self.prefix else 0
         if self.prefix:
             self.pending.append(self.least_own_lookback(low))
+            self.check_depth(2, tok)          # the call over at least one argument
+            self.outer += 1
         args: list[tuple[Node | str, Token]] = []
         if not self.accept(")"):
             while True:
@@ -183,6 +214,9 @@ class _Parser:
                 if self.prefix and self.literal_slot(low, len(args)):
                     args.append((self.literal(low, args), start))
                 elif start.kind == "name" and start.text.lower().startswith("indclass."):
+                    if self.prefix:          # indneutralize's group slot is a literal slot, taken above
+                        raise ParseError(f"{start.text} is only allowed as the second argument of indneutralize",
+                                         start.pos, self.text)
                     self.i += 1
                     args.append((start.text.lower().split(".", 1)[1], start))
                 else:
@@ -192,6 +226,9 @@ class _Parser:
                 self.expect(",", "between arguments")
                 if self.prefix and len(args) >= most:
                     raise self.arity(low, tok, len(args) + 1, f"at most {most}")
+                if self.prefix and ALIASES.get(low, low) in ("ts_corr", "ts_cov") and isinstance(args[-1][0], Node):
+                    # one literal operand is enough to make these constant: refused at the ',' that seals it
+                    self.check_constant(constant_arguments(ALIASES.get(low, low), [args[-1][0]]), tok)
                 if self.prefix and self.literal_slot(low, len(args)):
                     # the expression arguments are complete: a constant call is refused at this ',', since
                     # no window written after it could make it vary (the decoder must leave a way out)
@@ -202,9 +239,9 @@ class _Parser:
             self.check_constant(constant_call(node), tok)
         if self.prefix:
             self.pending.pop()
+            self.outer -= 1
             d, lb = self.shape(node)
-            if d > self.limits.max_depth:
-                raise LimitError(f"expression depth exceeds {self.limits.max_depth}", tok.pos, self.text)
+            self.check_depth(d, tok)
             self.check_lookback(lb, tok)
         return node
 
@@ -216,6 +253,13 @@ class _Parser:
         """The least lookback a call of `low` adds to its arguments' (prefix mode; see `pending`)."""
         spec = OPS.get(ALIASES.get(low, low))
         return 1 if spec is not None and spec.lookback == "shift" else 0
+
+    def check_depth(self, d: int, tok: Token) -> None:
+        """Prefix mode: a subtree of depth `d` (or a node about to be built over one), plus the least the
+        enclosing unfinished nodes add, fits the depth limit."""
+        if self.prefix and d + self.outer > self.limits.max_depth:
+            more = f" with the {self.outer} levels the enclosing expressions still add" if self.outer else ""
+            raise LimitError(f"expression depth exceeds {self.limits.max_depth}{more}", tok.pos, self.text)
 
     def check_lookback(self, lb: int, tok: Token) -> None:
         """A finished subtree's lookback `lb`, plus the least the enclosing open calls will add, fits."""

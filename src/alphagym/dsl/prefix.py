@@ -3,9 +3,14 @@ parses? The grammar-constrained decoder (`policy.decoding: grammar`) asks it of 
 
 A prefix is viable when the parser, in prefix mode, either accepts it as a complete formula or fails only
 because the text ended (the error is at the end position). Prefix mode checks at the breaking token what
-the full parse checks at a call's closing ')' (unknown function, too many arguments, a window that is not
-a literal in [1, max_window], the depth and lookback limits), so a viable prefix always has a completion:
-the decoder never walks into a dead end it cannot leave. A name cut off at the end ("ts_co") is viable
+the full parse checks at a call's closing ')' or at the end (unknown function, too many arguments, a window
+that is not a literal in [1, max_window], an IndClass group outside indneutralize, the depth and lookback
+limits counted with what the open calls and operators will still add), so a viable prefix has a
+completion and the decoder does not walk into a dead end it cannot leave. Measured on 2,000 answers of
+the tiny SFT policy: every one of 23,582 viable prefixes has one. Not proven in general: random walks
+over DSL pieces still find rare deep prefixes without one (about 1% of their viable states), where two
+rules meet (a `sign` of a positive quantity whose rescue needs one more level than the depth limit
+leaves; `-(...)`, whose level is known only once the parenthesis is read). A name cut off at the end ("ts_co") is viable
 when some field or function starts with it; it is tried completed as a field and as a call. The parser
 also refuses calls that are constant by construction (`dsl.degenerate`: `sign` of a quantity positive on
 almost every day, an operator over literals, `ts_corr(x, x)`), each where no continuation could rescue it.
@@ -33,6 +38,8 @@ _FUNCTIONS = tuple(sorted({*(n for n, s in OPS.items() if s.infix is None and n 
 # constant; " - returns" rescues one that is, e.g. `sign(volume`, by making its argument vary)
 _CLOSING_PIECES = (CLOSE, ")", ", 5", ", 1", " : 0", " returns", " 1", "1", ", IndClass.sector", "IndClass.sector",
                    " close", " - returns", "|", "&", "=")
+_NO_REPEAT = frozenset({" returns", " 1", " close", " - returns"})
+_HALVES = frozenset({"1", "|", "&", "="})
 _HALF_NUMBER = re.compile(r"((?<![0-9A-Za-z_.])\.|[0-9.][eE][+-]?)\Z")     # \Z: `$` also matches before a final newline
 _HALF_OPERATOR = {"|": "|", "&": "&", "!": "=", "=": "="}
 _INDCLASS = tuple(f"indclass.{g}" for g in GROUPS)
@@ -68,32 +75,53 @@ class PrefixChecker:
             return "open"
         return "dead"
 
-    def completion(self, text: str, max_pieces: int = 64) -> str | None:
-        """A short suffix that finishes an open answer (`text + suffix` is done), or None. Greedy: finish a
-        cut-off name or token, then append the first of a few closing pieces (`</alpha>`, `)`, a window, an
-        operand, the rest of a ternary, a group) that keeps the answer viable, until it is done. What the
+    def completion(self, text: str, max_pieces: int = 64, budget: int = 1000) -> str | None:
+        """A short suffix that finishes an open answer (`text + suffix` is done), or None. Depth-first over
+        pieces, first choice first: finish a cut-off name or token, then append the first of a few closing
+        pieces (`</alpha>`, `)`, a window, an operand, the rest of a ternary, a group) that keeps the answer
+        viable, backing up when a branch runs out (`ts_corr(252` must not take `, 5`: a literal pair is
+        constant, so only ` - returns` after the literal rescues it). The first branch is the greedy
+        completion, so backing up costs only where greedy fails; `budget` caps the prefixes tried (a search
+        that runs out takes about 0.2 s on this machine). What the
         grammar sampler writes when an answer reaches the last part of its token budget still open."""
         if self.state(text) != "open":
             return None
-        out = text
-        if len(out.lstrip(" \t\n")) < len(OPEN):
-            out += OPEN[len(out.lstrip(" \t\n")):]
-        for _ in range(max_pieces):
+        start = text
+        if len(start.lstrip(" \t\n")) < len(OPEN):
+            start += OPEN[len(start.lstrip(" \t\n")):]
+        seen: set[str] = set()
+        left = [budget]
+
+        def search(out: str, depth: int, last: str) -> str | None:
             if self.state(out) == "done":
-                return out[len(text):]
+                return out
+            if depth >= max_pieces or left[0] <= 0:
+                return None
             for k in range(len(CLOSE) - 1, 0, -1):               # a cut-off closing tag
                 if out.endswith(CLOSE[:k]) and self.state(out + CLOSE[k:]) == "done":
-                    return out[len(text):] + CLOSE[k:]
+                    return out + CLOSE[k:]
             m = _PARTIAL_NAME.search(out)
-            names = [out[: m.start()] + c for c in self._completions(m.group(0).lower())] if m else []
-            # a digit after a number only lengthens it (it cannot close anything the parser refused)
-            pieces = [p for p in _CLOSING_PIECES if not (p == "1" and out[-1:].isdigit())]
-            steps = [*names, *(out + p for p in pieces)]
-            nxt = next((t for t in steps if t != out and self.state(t) != "dead"), None)
-            if nxt is None:
-                return None
-            out = nxt
-        return None
+            names = [(out[: m.start()] + c, "") for c in self._completions(m.group(0).lower())] if m else []
+            # a bare digit or operator character only finishes a token cut in half ('1.', '1e-', '|'), and
+            # an operand after the same operand is a loop
+            half = "1" if _HALF_NUMBER.search(out) else _HALF_OPERATOR.get(out[-1:])
+            pieces = [(out + p, p) for p in _CLOSING_PIECES
+                      if (p not in _HALVES or p == half) and not (p == last and p in _NO_REPEAT)]
+            for nxt, piece in [*names, *pieces]:
+                if nxt == out or nxt in seen:
+                    continue
+                seen.add(nxt)
+                left[0] -= 1
+                if left[0] < 0:
+                    return None
+                if self.state(nxt) != "dead":
+                    done = search(nxt, depth + 1, piece)
+                    if done is not None:
+                        return done
+            return None
+
+        done = search(start, 0, "")
+        return None if done is None else done[len(text):]
 
     def complete(self, formula: str) -> bool:
         """The formula parses in full (limits included) and reads only fields the panel has."""
