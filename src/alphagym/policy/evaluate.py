@@ -33,16 +33,38 @@ def evaluate_policy(policy: Policy, briefs: Sequence[Mapping[str, Any]], verifie
                     desc: str = "evaluate") -> tuple[dict[str, float], list]:
     """`n` answers per brief, scored as groups with the brief's compliance; (stats, per-brief rows).
     `desc` names the progress bar over the generation's micro-batches."""
-    from tqdm.auto import tqdm
-
-    answers = policy.generate([b["text"] for b in briefs], n=n, temperature=temperature, seed=seed,
-                              progress=lambda it: tqdm(it, desc=desc, unit="batch", mininterval=2))
-    groups = [verifier.score_group(a, answer=True, brief=BriefChecker(b, cat, tolerance))
-              for b, a in zip(briefs, answers)]
+    groups = _scored_answers(policy, briefs, verifier, cat, tolerance, n, temperature, seed, desc)
     rows = [{"brief": b["id"], "answer": c.text, "valid": c.valid, "canonical": c.canonical, "cpcv": c.channels["cpcv"],
              "compliance": c.metrics.get("compliance", 0.0), "reason": c.reason}
             for b, g in zip(briefs, groups) for c in g]
     return answer_stats(groups), rows
+
+
+def _scored_answers(policy: Policy, briefs: Sequence[Mapping[str, Any]], verifier: Any, cat: Catalogue,
+                    tolerance: float, n: int, temperature: float, seed: int, desc: str) -> list[list[Any]]:
+    from tqdm.auto import tqdm
+
+    answers = policy.generate([b["text"] for b in briefs], n=n, temperature=temperature, seed=seed,
+                              progress=lambda it: tqdm(it, desc=desc, unit="batch", mininterval=2))
+    return [verifier.score_group(a, answer=True, brief=BriefChecker(b, cat, tolerance))
+            for b, a in zip(briefs, answers)]
+
+
+def verified_answers(policy: Policy, briefs: Sequence[Mapping[str, Any]], verifier: Any, cat: Catalogue,
+                     tolerance: float, n: int, temperature: float, seed: int,
+                     desc: str = "self-distill") -> tuple[list[tuple[str, str]], dict[str, float]]:
+    """The policy's own valid answers to `briefs` (`n` drawn per brief; one per distinct canonical form
+    of a brief), as (brief text, answer) pairs: a rejection-sampling round's training set. Callers pass
+    training briefs only. Returns (pairs, stats with the drawn answers' `answer_stats`)."""
+    groups = _scored_answers(policy, briefs, verifier, cat, tolerance, n, temperature, seed, desc)
+    pairs = []
+    for b, g in zip(briefs, groups):
+        seen: set[str] = set()
+        for c in g:
+            if c.valid and c.canonical not in seen:
+                seen.add(c.canonical)
+                pairs.append((b["text"], c.text))
+    return pairs, {**answer_stats(groups), "kept": float(len(pairs))}
 
 
 def random_valid_baseline(formulas: Sequence[str], briefs: Sequence[Mapping[str, Any]], cat: Catalogue,

@@ -18,7 +18,7 @@ from alphagym.briefs.generate import families, read_briefs
 from alphagym.dsl.parser import Limits
 from alphagym.panel import Panel
 from alphagym.policy.corpus import build_corpus
-from alphagym.policy.evaluate import answer_stats, evaluate_policy, random_valid_baseline
+from alphagym.policy.evaluate import answer_stats, evaluate_policy, random_valid_baseline, verified_answers
 from alphagym.policy.grammar import rejected_share, steered_share
 from alphagym.policy.model import build_policy, load_policy, set_decoding
 from alphagym.policy.sft import train_sft
@@ -56,6 +56,9 @@ def sft(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun
     seed, cat = int(params["seed"]), load_catalogue()
     pcfg, scfg = params["policy"], params["sft"][item]
     pairs = pd.read_parquet(deps["corpus"])
+    corpus_pairs = len(pairs)
+    if scfg["max_formula_chars"]:
+        pairs = pairs[pairs["formula"].str.len() <= int(scfg["max_formula_chars"])].reset_index(drop=True)
     if scfg["max_pairs"]:
         pairs = pairs.sample(n=min(len(pairs), int(scfg["max_pairs"])), random_state=seed)
     holdout = read_briefs(deps["briefs_holdout"], cat)
@@ -68,8 +71,8 @@ def sft(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun
     tol, ev = float(params["briefs"]["horizon_tolerance"]), params["sft"]["eval"]
     n_params = sum(p.numel() for p in policy.model.parameters())
     n_train = sum(p.numel() for p in policy.model.parameters() if p.requires_grad)
-    report: dict[str, Any] = {"backend": item, "pairs": len(pairs), "parameters": n_params,
-                              "trainable_parameters": n_train, "holdout_briefs": len(holdout)}
+    report: dict[str, Any] = {"backend": item, "corpus_pairs": corpus_pairs, "pairs": len(pairs),
+                              "parameters": n_params, "trainable_parameters": n_train, "holdout_briefs": len(holdout)}
     grammar = params["policy"]["decoding"] == "grammar"
 
     def evaluate(key: str, seed: int) -> list:
@@ -93,6 +96,8 @@ def sft(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun
     curve = train_sft(policy, list(pairs["brief"]), list(pairs["answer"]), scfg, seed,
                       log=lambda m, s: run.log_metrics({f"sft/{k}": v for k, v in m.items()}, step=s),
                       progress=lambda it: tqdm(it, desc=f"sft {item}", unit="step", mininterval=2))
+    curve += self_distill(policy, pairs, read_briefs(deps["briefs_train"], cat), verifier, cat, tol, params,
+                          item, seed, report, run, first_step=len(curve))
     rows = evaluate("after", seed + 1)
     report["random_valid_baseline"] = random_valid_baseline(
         list(pairs["formula"]), holdout, cat, tol, int(ev["samples"]), seed,
@@ -112,6 +117,44 @@ def sft(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun
     run.log_artifact(outs["report"])
     run.log_artifact(outs["curve"])
     return {"pairs": len(pairs), **{f"after_{k}": v for k, v in report["after"].items()}}
+
+
+def self_distill(policy: Any, pairs: pd.DataFrame, briefs: list[dict], verifier: Verifier, cat: Any, tol: float,
+                 params: Any, item: str, seed: int, report: dict[str, Any], run: StageRun,
+                 first_step: int) -> list[dict[str, float]]:
+    """Rejection-sampling rounds after SFT (`sft.<item>.self_distill`): draw answers to the training briefs
+    at the rollout temperature, keep the valid ones (train window only; never a holdout brief), and train
+    on them mixed with `replay` corpus pairs per kept answer. The policy learns which of its own habits
+    the verifier accepts, which the corpus alone, all valid, cannot show it. Returns the rounds' curve."""
+    cfg = params["sft"][item]
+    sd = cfg["self_distill"]
+    curve: list[dict[str, float]] = []
+    report["self_distill"] = []
+    for k in range(int(sd["rounds"])):
+        set_decoding(policy, params)
+        got, stats = verified_answers(policy, briefs, verifier, cat, tol, int(sd["samples"]),
+                                      float(params["sft"]["eval"]["temperature"]), seed + 100 + k,
+                                      desc=f"{item} self-distill {k + 1}")
+        policy.decode_stats.clear()
+        row = {"round": k + 1, "drawn": stats["answers"], "valid_share": stats["valid_share"], "kept": stats["kept"]}
+        if not got:                  # a policy too weak to write one valid answer: nothing to learn from
+            report["self_distill"].append({**row, "replayed": 0.0, "steps": 0.0})
+            continue
+        replay = pairs.sample(n=min(len(pairs), int(round(float(sd["replay"]) * len(got)))),
+                              random_state=seed + k)
+        briefs_k = [b for b, _ in got] + list(replay["brief"])
+        answers_k = [a for _, a in got] + list(replay["answer"])
+        step0, desc = first_step + len(curve), f"{item} self-distill {k + 1}"
+
+        def log(m: dict[str, float], s: int, step0: int = step0) -> None:
+            run.log_metrics({f"sft/{key}": v for key, v in m.items()}, step=step0 + s)
+
+        part = train_sft(policy, briefs_k, answers_k, {**cfg, "epochs": sd["epochs"], "lr": sd["lr"]}, seed + 7 + k,
+                         log=log, progress=lambda it, desc=desc: tqdm(it, desc=desc, unit="step", mininterval=2))
+        curve += [{**r, "step": step0 + r["step"], "round": k + 1} for r in part]
+        report["self_distill"].append({**row, "replayed": float(len(replay)), "steps": float(len(part))})
+        run.log_metrics({f"self_distill/{key}": v for key, v in report["self_distill"][-1].items()})
+    return curve
 
 
 def select_briefs(table: pd.DataFrame, samples: int, min_kept: int) -> tuple[pd.Series, str]:
