@@ -19,6 +19,9 @@ def sft_figure(curve: Sequence[Mapping[str, float]], report: Mapping[str, Any], 
     ev = [(r["step"], r["eval_loss"]) for r in curve if "eval_loss" in r]
     if ev:
         ax.plot(*zip(*ev), "o-", color="C3", label="held-out pairs loss")
+    rev = [(r["step"], r["round_eval_loss"]) for r in curve if "round_eval_loss" in r]
+    if rev:
+        ax.plot(*zip(*rev), "s--", color="C2", label="held-out loss of the round's own pairs")
     rounds = [r["step"] for r in curve if "round" in r]
     if rounds:                      # the rejection-sampling rounds after the corpus
         ax.axvspan(min(rounds), max(rounds), color="C2", alpha=0.12, label="self-distillation")

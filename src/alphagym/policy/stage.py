@@ -119,6 +119,9 @@ def sft(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun
     return {"pairs": len(pairs), **{f"after_{k}": v for k, v in report["after"].items()}}
 
 
+_ROUND_KEYS = {"eval_loss": "round_eval_loss"}
+
+
 def self_distill(policy: Any, pairs: pd.DataFrame, briefs: list[dict], verifier: Verifier, cat: Any, tol: float,
                  params: Any, item: str, seed: int, report: dict[str, Any], run: StageRun,
                  first_step: int) -> list[dict[str, float]]:
@@ -147,12 +150,16 @@ def self_distill(policy: Any, pairs: pd.DataFrame, briefs: list[dict], verifier:
         step0, desc = first_step + len(curve), f"{item} self-distill {k + 1}"
 
         def log(m: dict[str, float], s: int, step0: int = step0) -> None:
-            run.log_metrics({f"sft/{key}": v for key, v in m.items()}, step=step0 + s)
+            run.log_metrics({f"sft/{_ROUND_KEYS.get(key, key)}": v for key, v in m.items()}, step=step0 + s)
 
         part = train_sft(policy, briefs_k, answers_k, {**cfg, "epochs": sd["epochs"], "lr": sd["lr"]}, seed + 7 + k,
                          log=log, progress=lambda it, desc=desc: tqdm(it, desc=desc, unit="step", mininterval=2))
-        curve += [{**r, "step": step0 + r["step"], "round": k + 1} for r in part]
-        report["self_distill"].append({**row, "replayed": float(len(replay)), "steps": float(len(part))})
+        # the round's held-out loss is on its own pairs' split, not the corpus's: kept apart
+        curve += [{**{_ROUND_KEYS.get(key, key): v for key, v in r.items()}, "step": step0 + r["step"], "round": k + 1}
+                  for r in part]
+        report["self_distill"].append({**row, "replayed": float(len(replay)), "steps": float(len(part)),
+                                       "eval_loss": next((r["eval_loss"] for r in reversed(part) if "eval_loss" in r),
+                                                         float("nan"))})
         run.log_metrics({f"self_distill/{key}": v for key, v in report["self_distill"][-1].items()})
     return curve
 
