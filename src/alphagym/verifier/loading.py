@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from alphagym.config import results_dir
 from alphagym.dsl.alpha101 import alpha101
 from alphagym.dsl.parser import Limits
 from alphagym.engine.scorer import BookScorer
@@ -37,12 +38,17 @@ def seed_archive(panel: Panel, params: Any, progress: bool = True, archive: Nove
     return archive, {"alphas": len(alphas), "added": added}
 
 
-def load_kept_worlds(gates_path: Path, worlds_dir: Path) -> dict[str, Panel]:
-    """The worlds the gate report kept (a missing report means no worlds)."""
+def load_kept_worlds(gates_path: Path, worlds_dir: Path, cache_dir: Path | None = None) -> dict[str, Panel]:
+    """The worlds the gate report kept (a missing report means no worlds); `cache_dir`: read them through
+    `Panel.read_parquet_cached`."""
     if not gates_path.is_file():
         return {}
     kept = json.loads(gates_path.read_text()).get("kept_channels", [])
-    return {c: Panel.read_parquet(worlds_dir / f"{c}.parquet") for c in kept}
+    return {c: _read(worlds_dir / f"{c}.parquet", cache_dir) for c in kept}
+
+
+def _read(path: Path, cache_dir: Path | None) -> Panel:
+    return Panel.read_parquet(path) if cache_dir is None else Panel.read_parquet_cached(path, cache_dir)
 
 
 def verifier_inputs(params: Any, window: str) -> dict[str, Path]:
@@ -58,14 +64,17 @@ def verifier_inputs(params: Any, window: str) -> dict[str, Path]:
 
 def load_verifier(params: Any, window: str) -> tuple[Verifier, str | None]:
     """A verifier on the train or holdout panel; the train one loads the archive (or seeds it in memory)
-    and, with R3 on, the kept stress worlds. Returns a note when something had to be built in memory."""
+    and, with R3 on, the kept stress worlds. Returns a note when something had to be built in memory.
+    Panels are read through dense copies under `<results>/cache/panels` (`Panel.read_parquet_cached`):
+    this is the `score` command's start-up."""
     inputs = verifier_inputs(params, window)
-    panel = Panel.read_parquet(inputs["panel"])
+    cache = results_dir(params) / "cache" / "panels"
+    panel = _read(inputs["panel"], cache)
     if window == "holdout":
         return Verifier(panel, params, window="holdout"), None
     worlds = {}
     if params["verifier"]["jepa_stress"]["enabled"]:
-        worlds = load_kept_worlds(inputs["gates"], inputs["worlds"])
+        worlds = load_kept_worlds(inputs["gates"], inputs["worlds"], cache)
     path = inputs["archive"]
     if path.is_file():
         return Verifier(panel, params, NoveltyArchive.load(path), stress_worlds=worlds), None
