@@ -120,8 +120,8 @@ _RAN_INTO_DEAD_ENDS = [
 @pytest.mark.parametrize("answer", _RAN_INTO_DEAD_ENDS)
 def test_every_viable_prefix_of_a_policy_answer_has_a_completion(answer):
     """The decoder's promise, on what a policy really wrote: whatever prefix the checker lets through can be
-    finished. Before the depth and group checks were made early, each of these answers had viable prefixes
-    with no completion at all."""
+    finished. A checker that left the depth and group rules to the closing ')' lets each of these answers
+    into viable prefixes with no completion at all."""
     open_prefixes = 0
     for k in range(len("<alpha>"), len(answer) + 1):
         prefix = answer[:k]

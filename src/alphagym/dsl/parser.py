@@ -226,9 +226,10 @@ class _Parser:
                 self.expect(",", "between arguments")
                 if self.prefix and len(args) >= most:
                     raise self.arity(low, tok, len(args) + 1, f"at most {most}")
-                if self.prefix and ALIASES.get(low, low) in ("ts_corr", "ts_cov") and isinstance(args[-1][0], Node):
+                op = ALIASES.get(low, low)
+                if self.prefix and op in ("ts_corr", "ts_cov") and isinstance(args[-1][0], Node):
                     # one literal operand is enough to make these constant: refused at the ',' that seals it
-                    self.check_constant(constant_arguments(ALIASES.get(low, low), [args[-1][0]]), tok)
+                    self.check_constant(constant_arguments(op, [args[-1][0]]), tok)
                 if self.prefix and self.literal_slot(low, len(args)):
                     # the expression arguments are complete: a constant call is refused at this ',', since
                     # no window written after it could make it vary (the decoder must leave a way out)
