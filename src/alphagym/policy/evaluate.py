@@ -33,21 +33,22 @@ def evaluate_policy(policy: Policy, briefs: Sequence[Mapping[str, Any]], verifie
                     desc: str = "evaluate") -> tuple[dict[str, float], list]:
     """`n` answers per brief, scored as groups with the brief's compliance; (stats, per-brief rows).
     `desc` names the progress bar over the generation's micro-batches."""
-    groups = _scored_answers(policy, briefs, verifier, cat, tolerance, n, temperature, seed, desc)
+    groups = scored_answers(policy, briefs, verifier, cat, tolerance, n, temperature, seed, desc)
     rows = [{"brief": b["id"], "answer": c.text, "valid": c.valid, "canonical": c.canonical, "cpcv": c.channels["cpcv"],
              "compliance": c.metrics.get("compliance", 0.0), "reason": c.reason}
             for b, g in zip(briefs, groups) for c in g]
     return answer_stats(groups), rows
 
 
-def _scored_answers(policy: Policy, briefs: Sequence[Mapping[str, Any]], verifier: Any, cat: Catalogue,
-                    tolerance: float, n: int, temperature: float, seed: int, desc: str) -> list[list[Any]]:
+def scored_answers(policy: Policy, briefs: Sequence[Mapping[str, Any]], verifier: Any, cat: Catalogue,
+                   tolerance: float, n: int, temperature: float, seed: int, desc: str) -> list[list[Any]]:
+    """`n` answers per brief, each brief's scored as a group with its compliance: one list of cards a brief."""
     from tqdm.auto import tqdm
 
     answers = policy.generate([b["text"] for b in briefs], n=n, temperature=temperature, seed=seed,
                               progress=lambda it: tqdm(it, desc=desc, unit="batch", mininterval=2))
     return [verifier.score_group(a, answer=True, brief=BriefChecker(b, cat, tolerance))
-            for b, a in zip(briefs, answers)]
+            for b, a in tqdm(list(zip(briefs, answers)), desc=f"{desc}: score", unit="brief", mininterval=2)]
 
 
 def verified_answers(policy: Policy, briefs: Sequence[Mapping[str, Any]], verifier: Any, cat: Catalogue,
@@ -56,7 +57,7 @@ def verified_answers(policy: Policy, briefs: Sequence[Mapping[str, Any]], verifi
     """The policy's own valid answers to `briefs` (`n` drawn per brief; one per distinct canonical form
     of a brief), as (brief text, answer) pairs: a rejection-sampling round's training set. Callers pass
     training briefs only. Returns (pairs, stats with the drawn answers' `answer_stats`)."""
-    groups = _scored_answers(policy, briefs, verifier, cat, tolerance, n, temperature, seed, desc)
+    groups = scored_answers(policy, briefs, verifier, cat, tolerance, n, temperature, seed, desc)
     pairs = []
     for b, g in zip(briefs, groups):
         seen: set[str] = set()

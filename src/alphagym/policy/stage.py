@@ -13,12 +13,17 @@ import torch
 from tqdm.auto import tqdm
 
 from alphagym.briefs.catalogue import load_catalogue
-from alphagym.briefs.compliance import BriefChecker
 from alphagym.briefs.generate import families, read_briefs
 from alphagym.dsl.parser import Limits
 from alphagym.panel import Panel
 from alphagym.policy.corpus import build_corpus
-from alphagym.policy.evaluate import answer_stats, evaluate_policy, random_valid_baseline, verified_answers
+from alphagym.policy.evaluate import (
+    answer_stats,
+    evaluate_policy,
+    random_valid_baseline,
+    scored_answers,
+    verified_answers,
+)
 from alphagym.policy.grammar import rejected_share, steered_share
 from alphagym.policy.model import build_policy, load_policy, set_decoding
 from alphagym.policy.sft import train_sft
@@ -186,13 +191,10 @@ def filter_briefs(params: Any, deps: dict[str, Path], outs: dict[str, Path], run
     policy = set_decoding(load_policy(deps["policy"], params["policy"]), params)
     verifier = _verifier(params, deps["train"])
     tol = float(params["briefs"]["horizon_tolerance"])
-    answers = policy.generate([b["text"] for b in briefs], n=int(cfg["samples"]), temperature=float(cfg["temperature"]),
-                              seed=seed, progress=lambda it: tqdm(it, desc="filter: sample", unit="batch",
-                                                                  mininterval=2))
-    rows, groups = [], []
-    for b, group in tqdm(list(zip(briefs, answers)), desc="filter", unit="brief", mininterval=2):
-        cards = verifier.score_group(group, answer=True, brief=BriefChecker(b, cat, tol))
-        groups.append(cards)
+    groups = scored_answers(policy, briefs, verifier, cat, tol, int(cfg["samples"]), float(cfg["temperature"]), seed,
+                            desc="filter: sample")
+    rows = []
+    for b, cards in zip(briefs, groups):
         solved = [c.valid and c.channels["cpcv"] > 0 for c in cards]
         best = max((c.channels["cpcv"] for c in cards if c.valid), default=float("nan"))
         rows.append({"id": b["id"], "solved": int(sum(solved)), "best_cpcv": best,
