@@ -60,13 +60,15 @@ def _snakemake_jobs(workdir: Path, *extra: str) -> dict[str, dict]:
         m = re.match(r"^rule (\w+):", line)
         if m:
             current = {"rule": m.group(1), "input": set(), "output": set(), "shell": None, "item": None,
-                       "priority": 0}
+                       "priority": 0, "threads": 1}
             jobs[str(len(jobs))] = current
         elif current is not None and re.match(r"^\s+(input|output): ", line):
             key, vals = line.strip().split(": ", 1)
             current[key] = {v.strip() for v in vals.split(",")}
         elif current is not None and re.match(r"^\s+priority: \d+$", line):
             current["priority"] = int(line.split(": ", 1)[1])
+        elif current is not None and re.match(r"^\s+threads: \d+$", line):
+            current["threads"] = int(line.split(": ", 1)[1])
         elif current is not None and re.match(r"^\s+wildcards: ", line):
             current["item"] = line.split("=", 1)[1].strip()
         elif current is not None and line.startswith("Shell command: "):
@@ -170,6 +172,26 @@ def test_a_stage_family_expands_alike_in_snakemake_and_dvc(root, tmp_path):
     readers = _holdout_readers(dvc)
     assert {r.split("@")[0] for r in readers} == {"probe", "books", "report"}
     assert {f"probe@{m}" for m in members} <= readers
+
+
+def test_each_rung_declares_its_recipes_thread_budget(root, tmp_path):
+    """A rung's train and probe jobs take as many cores as the larger of its recipe's torch and numba
+    budgets (a rung's `set` can change them), so `snakemake --cores 2` runs two one-thread rungs at once
+    and never two two-thread ones."""
+    work = _copy_workflow(root, tmp_path / "w", ladder=["dapo_all", "cispo_repo"])
+    text = (work / "params.yaml").read_text()
+    text, n = re.subn(r"^    torch_threads: \d+", "    torch_threads: 1", text, flags=re.M)
+    text, m = re.subn(r"^    numba_threads: \d+", "    numba_threads: 1", text, flags=re.M)
+    text, k = re.subn(r"^(    cispo_repo: \{.*set: \{)\}", r"\1numba_threads: 3}", text, flags=re.M)
+    assert n == m == k == 1
+    (work / "params.yaml").write_text(text)
+    table = stage_table(load_params(work / "params.yaml"))
+    jobs = _snakemake_jobs(work, "--cores", "4")
+    for key, want in (("train@dapo_all", 1), ("probe@dapo_all", 1), ("train@cispo_repo", 3),
+                      ("probe@cispo_repo", 3)):
+        assert table[key].threads == want, key
+        assert jobs[key]["threads"] == want, key
+    assert jobs["world_model"]["threads"] == table["world_model"].threads == 2
 
 
 def _holdout_readers(stages: dict[str, dict]) -> set[str]:

@@ -66,6 +66,9 @@ class Stage:
     metrics: tuple[str, ...] = ()        # roles of small JSON outputs: DVC metrics, kept in git, not cached
     directories: tuple[str, ...] = ()    # roles of outputs that are folders
     threads: int = 1                     # cores the stage uses (Snakemake schedules by it)
+    threads_of_rung: bool = False        # a rung family member: its cores are its recipe's thread budget
+                                         # (`rung_threads`), so Snakemake runs as many rungs at once as the
+                                         # cores hold
     priority: int = 0                    # Snakemake starts the ready job of highest priority first: a finished
                                          # rung's probe and books (minutes) before the next rung's training
                                          # (most of an hour), so each rung's results appear when it ends
@@ -172,7 +175,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
               ("seed", "dsl", "verifier", "briefs.horizon_tolerance", "policy", "rl.policy", "rl.recipe",
                "rl.rungs.{item}"),
               ("src/alphagym/rl", *policy),
-              metrics=("summary",), directories=("checkpoints",), threads=2, family=rungs,
+              metrics=("summary",), directories=("checkpoints",), threads_of_rung=True, family=rungs,
               work={"work": f"{rl}/{{item}}/work"},
               help="train one rung of the RL ladder from the SFT policy (one stage per rung in rl.ladder)"),
         Stage("probe", "alphagym.probe.stage:probe",
@@ -184,7 +187,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
               ("seed", "dsl", "verifier", "briefs.horizon_tolerance", "policy", "rl.policy", "rl.recipe",
                "rl.rungs.{item}"),
               ("src/alphagym/probe", "src/alphagym/rl/checkpoints.py", "src/alphagym/books", *policy),
-              metrics=("summary",), threads=2, family=rungs, priority=1,
+              metrics=("summary",), threads_of_rung=True, family=rungs, priority=1,
               help="answer the holdout briefs greedily at every checkpoint of a rung; select on train CPCV, "
                    "then score the holdout year"),
         Stage("books", "alphagym.books.stage:books",
@@ -248,7 +251,18 @@ def _gathered(stage: Stage, params: Mapping[str, Any]) -> Stage:
     return Stage(**{**stage.__dict__, "deps": deps})
 
 
-def expand(stage: Stage, item: str, params_item: str | None = None) -> Stage:
+def rung_threads(params: Mapping[str, Any], item: str) -> int:
+    """Cores a rung (or its replica `RUNG-sK`) uses: the larger of its recipe's `torch_threads` and
+    `numba_threads` (`rl.recipe` with the rung's `set` applied). The two phases run one after another, so
+    one rung never uses more cores than the larger budget."""
+    rung = split_replica(item)[0]
+    recipe, block = get(params, "rl.recipe"), get(params, f"rl.rungs.{rung}")
+    override = block.get("set", {}) if isinstance(block, Mapping) else {}
+    return max(int(override.get(k, recipe[k])) for k in ("torch_threads", "numba_threads"))
+
+
+def expand(stage: Stage, item: str, params_item: str | None = None,
+           params: Mapping[str, Any] | None = None) -> Stage:
     """A family member: `{item}` in paths and the command is the member, in params keys the item it
     replicates (`params_item`; by default the member's item without its replica suffix)."""
     sub = {k: v.replace("{item}", item) for k, v in stage.deps.items()}
@@ -257,14 +271,16 @@ def expand(stage: Stage, item: str, params_item: str | None = None) -> Stage:
     if params_item is None:
         params_item = split_replica(item)[0] if stage.family and stage.family.replicas else item
     keys = tuple(k.replace("{item}", params_item) for k in stage.params)
-    return Stage(**{**stage.__dict__, "deps": sub, "outs": out, "params": keys, "item": item, "work": work})
+    threads = rung_threads(params, item) if stage.threads_of_rung and params is not None else stage.threads
+    return Stage(**{**stage.__dict__, "deps": sub, "outs": out, "params": keys, "item": item, "work": work,
+                    "threads": threads})
 
 
 def stage_table(params: Mapping[str, Any], rows: list[Stage] | None = None) -> dict[str, Stage]:
     """Every stage and every family member, by key (`name` or `name@item`)."""
     out: dict[str, Stage] = {}
     for s in stage_rows(params, rows):
-        members = [expand(s, i) for i in _items(params, s.family)] if s.family else [s]
+        members = [expand(s, i, params=params) for i in _items(params, s.family)] if s.family else [s]
         out.update({m.key: m for m in members})
     return out
 

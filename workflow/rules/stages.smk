@@ -27,6 +27,12 @@ def _command(row):
     return lambda wildcards, r=row: expand(r, wildcards[r.family.wildcard]).cmd
 
 
+def _threads(row):
+    if row.family is None or not row.threads_of_rung:
+        return row.threads
+    return lambda wildcards, r=row: expand(r, wildcards[r.family.wildcard], params=PARAMS).threads
+
+
 def _values(row):
     if row.family is None:
         return json.dumps(params_values(PARAMS, row.params), sort_keys=True)
@@ -53,7 +59,7 @@ for _row in STAGE_ROWS:
             cmd=_command(_row),
             values=_values(_row),
             code=code_hash(tuple(COMMON_CODE) + tuple(_row.code)),
-        threads: _row.threads
+        threads: _threads(_row)
         priority: _row.priority
         log:
             _log,
