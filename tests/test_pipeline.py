@@ -177,13 +177,15 @@ def test_a_stage_family_expands_alike_in_snakemake_and_dvc(root, tmp_path):
 def test_each_rung_declares_its_recipes_thread_budget(root, tmp_path):
     """A rung's train and probe jobs take as many cores as the larger of its recipe's torch and numba
     budgets (a rung's `set` can change them), so `snakemake --cores 2` runs two one-thread rungs at once
-    and never two two-thread ones."""
+    and never two two-thread ones; the world model, SFT and filter stages take their params' `threads`."""
     work = _copy_workflow(root, tmp_path / "w", ladder=["dapo_all", "cispo_repo"])
     text = (work / "params.yaml").read_text()
     text, n = re.subn(r"^    torch_threads: \d+", "    torch_threads: 1", text, flags=re.M)
     text, m = re.subn(r"^    numba_threads: \d+", "    numba_threads: 1", text, flags=re.M)
     text, k = re.subn(r"^(    cispo_repo: \{.*set: \{)\}", r"\1numba_threads: 3}", text, flags=re.M)
     assert n == m == k == 1
+    wm = text.index("\nworldmodel:")                   # and the world model's own budget, apart from the policy's
+    text = text[:wm] + re.sub(r"^  threads: 2$", "  threads: 1", text[wm:], count=1, flags=re.M)
     (work / "params.yaml").write_text(text)
     table = stage_table(load_params(work / "params.yaml"))
     jobs = _snakemake_jobs(work, "--cores", "4")
@@ -191,7 +193,10 @@ def test_each_rung_declares_its_recipes_thread_budget(root, tmp_path):
                       ("probe@cispo_repo", 3)):
         assert table[key].threads == want, key
         assert jobs[key]["threads"] == want, key
-    assert jobs["world_model"]["threads"] == table["world_model"].threads == 2
+    params = load_params(work / "params.yaml")
+    assert params["worldmodel"]["threads"] == 1 and params["policy"]["threads"] == 2
+    assert jobs["world_model"]["threads"] == table["world_model"].threads == 1
+    assert jobs["sft@tiny"]["threads"] == jobs["filter"]["threads"] == table["filter"].threads == 2
 
 
 def _holdout_readers(stages: dict[str, dict]) -> set[str]:

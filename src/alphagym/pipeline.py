@@ -66,6 +66,7 @@ class Stage:
     metrics: tuple[str, ...] = ()        # roles of small JSON outputs: DVC metrics, kept in git, not cached
     directories: tuple[str, ...] = ()    # roles of outputs that are folders
     threads: int = 1                     # cores the stage uses (Snakemake schedules by it)
+    threads_key: str | None = None       # dotted params key holding the stage's cores (replaces `threads`)
     threads_of_rung: bool = False        # a rung family member: its cores are its recipe's thread budget
                                          # (`rung_threads`), so Snakemake runs as many rungs at once as the
                                          # cores hold
@@ -134,7 +135,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
               ("seed", "worldmodel", "stylized_tolerance", "dsl.limits", "verifier.book", "verifier.costs.train",
                "verifier.cpcv", "verifier.jepa_stress.enabled", "verifier.jepa_stress.sessions"),
               ("src/alphagym/worldmodel", "src/alphagym/data/stylized.py", *engine),
-              metrics=("gates",), directories=("worlds",), threads=2,
+              metrics=("gates",), directories=("worlds",), threads_key="worldmodel.threads",
               help="train the JEPA world model, write stress worlds and the gate report"),
         Stage("briefs", "alphagym.briefs.stage:briefs", {},
               {"train": f"{r}/briefs/train.jsonl", "holdout": f"{r}/briefs/holdout.jsonl",
@@ -154,7 +155,8 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
                "answers": f"{r}/sft/{{item}}/holdout_answers.parquet", "curve": f"{r}/sft/{{item}}/curve.png"},
               ("seed", "dsl", "verifier", "briefs.horizon_tolerance", "policy", "sft.eval", "sft.{item}"),
               policy,
-              metrics=("report",), directories=("policy",), threads=2, family=Family("sft.policies", "policy"),
+              metrics=("report",), directories=("policy",), threads_key="policy.threads",
+              family=Family("sft.policies", "policy"),
               help="warm a policy up on the corpus (one stage per backend in sft.policies)"),
         Stage("filter", "alphagym.policy.stage:filter_briefs",
               {"train": f"{r}/panel/train.parquet", "briefs_train": f"{r}/briefs/train.jsonl",
@@ -163,7 +165,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
                "report": f"{r}/filter/report.json", "plot": f"{r}/filter/solve_rates.png"},
               ("seed", "dsl", "verifier", "briefs.horizon_tolerance", "policy", "filter"),
               policy,
-              metrics=("report",), threads=2,
+              metrics=("report",), threads_key="policy.threads",
               help="keep the training briefs the SFT policy solves in some but not all tries"),
         Stage("train", "alphagym.rl.stage:train",
               {"train": f"{r}/panel/train.parquet", "archive": f"{r}/verifier/archive.npz",
@@ -236,6 +238,8 @@ def stage_rows(params: Mapping[str, Any], rows: list[Stage] | None = None) -> li
     arg = "" if profile == "default" else f" --set profile={profile}"
     rl_policy = str(get(params, "rl.policy")) if "rl" in params else "tiny"
     rows = rows if rows is not None else table_rows(results_dir(params).as_posix(), arg, rl_policy)
+    rows = [Stage(**{**s.__dict__, "threads": int(get(params, s.threads_key))}) if s.threads_key else s
+            for s in rows]
     return [_gathered(s, params) if s.gather else s for s in rows]
 
 
