@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from alphagym.config import get, results_dir, to_builtin
+from alphagym.params import apply_rung
 
 # Stages allowed to read holdout data (directly or through any upstream output).
 HOLDOUT_READERS = frozenset({"probe", "books", "report"})
@@ -260,9 +261,8 @@ def rung_threads(params: Mapping[str, Any], item: str) -> int:
     `numba_threads` (`rl.recipe` with the rung's `set` applied). The two phases run one after another, so
     one rung never uses more cores than the larger budget."""
     rung = split_replica(item)[0]
-    recipe, block = get(params, "rl.recipe"), get(params, f"rl.rungs.{rung}")
-    override = block.get("set", {}) if isinstance(block, Mapping) else {}
-    return max(int(override.get(k, recipe[k])) for k in ("torch_threads", "numba_threads"))
+    recipe = apply_rung(get(params, "rl.recipe"), get(params, f"rl.rungs.{rung}"), rung)
+    return max(recipe.torch_threads, recipe.numba_threads)
 
 
 def expand(stage: Stage, item: str, params_item: str | None = None,
