@@ -4,7 +4,8 @@ and the update (all passes), with the thread budget of each library.
 Runs the trainer of `--rung` on the pipeline's own outputs (the SFT policy of `rl.policy`, the filtered
 briefs, the archive, the kept stress worlds: run `make run` first), `--warmup` steps untimed, then `--steps`
 timed steps; medians and p90s per part, never best-of, and the share of the step the four parts explain.
-`--set` takes params overrides (e.g. `--set rl.policy=smollm2`). Each thread budget runs in a fresh
+`--set` takes params overrides (e.g. `--set rl.policy=smollm2`); `--sampling adapter` samples through the
+unmerged adapter (the reference for the merged copy the trainer samples with). Each thread budget runs in a fresh
 trainer (same seed, so the same briefs and answers up to the thread-dependent float rounding).
 Last lines: `rl_step_<part>_<median|p90>=<seconds>` for the first budget, and the projected rung hours.
 """
@@ -56,7 +57,14 @@ def main() -> int:
     ap.add_argument("--budgets", default="2:2,2:1,1:1",
                     help="torch:numba thread budgets to measure, comma-separated (first one is reported last)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--sampling", choices=("merged", "adapter"), default="merged",
+                    help="merged: what the trainer does (Policy.sampling_model); adapter: sample through the "
+                         "unmerged adapter, the reference")
     args = ap.parse_args()
+    if args.sampling == "adapter":
+        from alphagym.policy.model import Policy
+
+        Policy.sampling_model = lambda self: self.model     # type: ignore[method-assign]
     base = load_params(ROOT / "params.yaml", args.set)
     rung = args.rung or next(iter(base.rl.rungs))
     recipe = base.rl.recipe_of(rung)

@@ -11,7 +11,15 @@ import pytest
 import torch
 
 from alphagym.errors import PolicyError
-from alphagym.policy.model import Policy, build_policy, load_hf, load_policy, tiny_model, wrap_adapter
+from alphagym.policy.model import (
+    Policy,
+    build_policy,
+    disable_dropout,
+    load_hf,
+    load_policy,
+    tiny_model,
+    wrap_adapter,
+)
 from alphagym.policy.sft import sft_loss, train_sft
 from alphagym.policy.tokenizer import train_tokenizer
 
@@ -71,6 +79,50 @@ def test_adapter_save_reload_and_disable(kind, tmp_path):
         torch.testing.assert_close(a, b)
     for a, b in zip(again.logprobs(BRIEFS, ANSWERS, adapter=False), base_lp):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("kind", ["lora", "dora"])
+def test_sampling_with_the_adapter_merged_equals_sampling_through_it(kind, monkeypatch):
+    """`generate` decodes with a merged copy (faster on the CPU): same logits up to float rounding, the same
+    seeded samples, and the trained adapter is left as it was."""
+    pol = _policy(kind)
+    with torch.no_grad():
+        for name, p in pol.model.named_parameters():
+            if "lora_B" in name or "magnitude" in name:
+                p.add_(0.05 * torch.randn_like(p))
+    before = {n: p.detach().clone() for n, p in pol.model.named_parameters()}
+    merged = pol.sampling_model()
+    assert merged is not pol.model and not hasattr(merged, "disable_adapter")
+    ids = pol.tokenizer([pol.prompt(b) + a for b, a in zip(BRIEFS, ANSWERS)], return_tensors="pt", padding=True,
+                        add_special_tokens=False)
+    with torch.no_grad():
+        torch.testing.assert_close(merged(**ids).logits, pol.model(**ids).logits, atol=1e-5, rtol=1e-5)
+        with pol.model.disable_adapter():              # the adapter matters, so the equality above is not trivial
+            assert not torch.allclose(pol.model(**ids).logits, merged(**ids).logits, atol=1e-3)
+    fast = pol.generate(BRIEFS, n=4, temperature=1.0, seed=3)
+    monkeypatch.setattr(Policy, "sampling_model", lambda self: self.model)
+    assert fast == pol.generate(BRIEFS, n=4, temperature=1.0, seed=3)
+    for n, p in pol.model.named_parameters():
+        assert torch.equal(p, before[n]), n
+    assert any(p.requires_grad for p in pol.model.parameters())
+
+
+def test_disable_dropout_makes_two_train_mode_passes_agree():
+    """With adapter dropout, two passes over the same batch in train mode give different log-probs (what an
+    importance ratio then measures besides the policy's change); `disable_dropout` removes that."""
+    cfg = {"threads": 1, "max_new_tokens": 24, "micro_batch": 4, "adapter": {**ADAPTER, "dropout": 0.3},
+           "tiny": {**TINY, "adapter": "lora"}}
+    pol = build_policy("tiny", cfg, BRIEFS * 20 + ANSWERS * 20, seed=0)
+    with torch.no_grad():
+        for name, p in pol.model.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.05 * torch.randn_like(p))
+    pol.model.train()
+    a, b = (pol.token_logprobs(BRIEFS, ANSWERS)[0] for _ in range(2))
+    assert not torch.allclose(a, b)
+    assert disable_dropout(pol.model) == 3 * TINY["layers"]        # one per adapted projection
+    a, b = (pol.token_logprobs(BRIEFS, ANSWERS)[0] for _ in range(2))
+    torch.testing.assert_close(a, b, atol=0, rtol=0)
 
 
 def test_full_model_save_reload_identical(tmp_path):
@@ -144,6 +196,7 @@ def test_nf4_lora_on_cpu_trains_through_the_4bit_layers(tmp_path):
     assert float(diff.abs().mean()) < 0.1, float(diff.abs().mean())
     before = _lora_grads(pol)
     assert sum(float(g.abs().sum()) for n, g in before.items() if "layers.0." in n) > 0
+    assert pol.sampling_model() is pol.model                     # a 4-bit base is never merged for sampling
     pol.generate(BRIEFS, n=2, temperature=1.0, seed=0)            # a rollout: eval mode, no gradients
     after = _lora_grads(pol)
     for name, g in before.items():

@@ -633,6 +633,9 @@ class RlRecipe(Section):
     updates_per_batch: Annotated[int, Field(ge=1, le=16)] = Field(
         description="optimizer passes over each rollout batch (TRL: num_iterations)")
     lr: Annotated[float, Field(gt=0, le=1)] = Field(description="AdamW learning rate (constant)")
+    disable_dropout: bool = Field(
+        description="the rung's adapter without dropout (policy.adapter.dropout ignored) and every dropout of the "
+                    "model at 0 (TRL: disable_dropout), so a pass's log-probs do not depend on a dropout mask")
     weight_decay: NonNeg = Field(description="AdamW weight decay")
     max_grad_norm: Annotated[float, Field(gt=0)] = Field(description="gradient clipping")
     repo: Repo

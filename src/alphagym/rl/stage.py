@@ -22,7 +22,7 @@ from alphagym.briefs.generate import read_briefs
 from alphagym.errors import PolicyError
 from alphagym.panel import Panel
 from alphagym.pipeline import split_replica
-from alphagym.policy.model import wrap_adapter
+from alphagym.policy.model import disable_dropout, wrap_adapter
 from alphagym.rl.checkpoints import rung_recipe, set_threads, sft_base
 from alphagym.rl.env import VerifierEnv
 from alphagym.rl.plots import curves_figure
@@ -41,7 +41,12 @@ def build_trainer(params: Any, deps: dict[str, Path], item: str, work: Path | No
     seed, cat = int(params["seed"]) + replica, load_catalogue()
     policy = sft_base(deps["policy"], params)
     torch.manual_seed(seed)
-    policy.model = wrap_adapter(policy.model, {**dict(params["policy"]["adapter"]), "kind": recipe["adapter"]})
+    adapter = {**dict(params["policy"]["adapter"]), "kind": recipe["adapter"]}
+    if recipe["disable_dropout"]:
+        adapter["dropout"] = 0.0
+    policy.model = wrap_adapter(policy.model, adapter)
+    if recipe["disable_dropout"]:
+        disable_dropout(policy.model)
     policy.max_new_tokens, policy.micro_batch = int(recipe["max_new_tokens"]), int(recipe["micro_batch"])
     worlds = (load_kept_worlds(deps["gates"], deps["worlds"])
               if params["verifier"]["jepa_stress"]["enabled"] else {})
