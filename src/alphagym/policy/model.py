@@ -258,7 +258,7 @@ class Policy:
 
         A LoRA layer adds two matmuls and a few small ops per token to each projection; a DoRA layer also
         recomputes its weight's column norms on every forward, i.e. on every decoded token. On the tiny
-        policy a DoRA rung's sampling took 1.8x less time merged, a LoRA rung's about the same (BENCHMARKS.md,
+        policy a DoRA rung's sampling took 1.7-1.8x less time merged, a LoRA rung's about the same (BENCHMARKS.md,
         "Sampling merged, no dropout"). The merged weights equal the adapter's forward up to float rounding (a test
         checks the logits and that seeded samples are the same); merging a copy leaves the trained adapter
         and its optimizer state untouched. A quantised base is not merged (the merge would re-quantise it),
