@@ -42,11 +42,10 @@ def build_trainer(params: Any, deps: dict[str, Path], item: str, work: Path | No
     policy = sft_base(deps["policy"], params)
     torch.manual_seed(seed)
     adapter = {**dict(params["policy"]["adapter"]), "kind": recipe["adapter"]}
-    if recipe["disable_dropout"]:
+    if recipe["disable_dropout"]:        # dropout 0 at build time: peft's identity path, no masks drawn
         adapter["dropout"] = 0.0
+        disable_dropout(policy.model)     # and whatever dropout the base model has
     policy.model = wrap_adapter(policy.model, adapter)
-    if recipe["disable_dropout"]:
-        disable_dropout(policy.model)
     policy.max_new_tokens, policy.micro_batch = int(recipe["max_new_tokens"]), int(recipe["micro_batch"])
     worlds = (load_kept_worlds(deps["gates"], deps["worlds"])
               if params["verifier"]["jepa_stress"]["enabled"] else {})
