@@ -48,8 +48,10 @@ def _result(proc: subprocess.Popen) -> dict:
     return json.loads(out[start:end])["1:1"]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(conditions: dict[str, tuple[list[str], list[str]]] = CONDITIONS, doc: str = __doc__) -> int:
+    """Run `conditions` (name -> bench_rl_step.py flags, params overrides; the first is the reference, the
+    last the default) on two rungs side by side."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--rungs", default="cispo_repo,cispo_repo_dora", help="the two rungs run side by side")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=2)
@@ -57,9 +59,9 @@ def main() -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args()
     rungs = args.rungs.split(",")
-    res: dict[str, dict[str, list[dict]]] = {r: {c: [] for c in CONDITIONS} for r in rungs}
+    res: dict[str, dict[str, list[dict]]] = {r: {c: [] for c in conditions} for r in rungs}
     for rnd in range(args.rounds):
-        for cond, (flags, sets) in CONDITIONS.items():
+        for cond, (flags, sets) in conditions.items():
             procs = [_launch(r, args.steps, args.warmup, flags, [*args.set, *sets]) for r in rungs]
             for r, p in zip(rungs, procs):
                 res[r][cond].append(_result(p))
@@ -70,16 +72,17 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|")
     summary = {}
     for r in rungs:
-        for cond in CONDITIONS:
+        for cond in conditions:
             med = {k: float(np.median([m[k][0] for m in res[r][cond]])) for k in PARTS}
             p90 = float(np.median([m["step_time"][1] for m in res[r][cond]]))
             summary[(r, cond)] = (med["step_time"], p90)
             print(f"| {r} | {cond} | {med['step_time']:.2f} s ({p90:.2f}) | "
                   + " | ".join(f"{med[k]:.2f}" for k in PARTS[1:]) + " |")
+    first, last = list(conditions)[0], list(conditions)[-1]
     for r in rungs:
-        for cond in CONDITIONS:
+        for cond in conditions:
             print(f"{r}_{cond}_step_median={summary[(r, cond)][0]:.3f}")
-        ref, new = summary[(r, "reference")], summary[(r, "default")]
+        ref, new = summary[(r, first)], summary[(r, last)]
         print(f"{r}_default_vs_reference_speedup_median={ref[0] / new[0]:.2f}")
         print(f"{r}_default_vs_reference_speedup_p90={ref[1] / new[1]:.2f}")
     return 0

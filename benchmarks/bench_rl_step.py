@@ -5,7 +5,9 @@ Runs the trainer of `--rung` on the pipeline's own outputs (the SFT policy of `r
 briefs, the archive, the kept stress worlds: run `make run` first), `--warmup` steps untimed, then `--steps`
 timed steps; medians and p90s per part, never best-of, and the share of the step the four parts explain.
 `--set` takes params overrides (e.g. `--set rl.policy=smollm2`); `--sampling adapter` samples through the
-unmerged adapter (the reference for the merged copy the trainer samples with). Each thread budget runs in a fresh
+unmerged adapter (the reference for the merged copy the trainer samples with); `--prompts each` runs every
+answer's whole prompt in the reference and update passes (the reference for `Policy._grouped_logits`, which runs
+a repeated prompt once per group). Each thread budget runs in a fresh
 trainer (same seed, so the same briefs and answers up to the thread-dependent float rounding).
 Last lines: `rl_step_<part>_<median|p90>=<seconds>` for the first budget, and the projected rung hours.
 """
@@ -60,7 +62,14 @@ def main() -> int:
     ap.add_argument("--sampling", choices=("merged", "adapter"), default="merged",
                     help="merged: what the trainer does (Policy.sampling_model); adapter: sample through the "
                          "unmerged adapter, the reference")
+    ap.add_argument("--prompts", choices=("grouped", "each"), default="grouped",
+                    help="grouped: what the trainer does (a group's prompt runs once); each: every answer runs "
+                         "its whole prompt after the shared system turn, the reference")
     args = ap.parse_args()
+    if args.prompts == "each":
+        from alphagym.policy.model import Policy
+
+        Policy._grouped_logits = lambda self, *a: None      # type: ignore[method-assign]
     if args.sampling == "adapter":
         from alphagym.policy.model import Policy
 

@@ -277,16 +277,29 @@ def test_smollm2_loads_generates_and_wraps_lora(tmp_path):
 
 
 @pytest.mark.parametrize("adapter", [True, False])
-def test_shared_prefix_forward_equals_the_full_forward(adapter):
-    """The system turn run once and its cache repeated over the batch: same log-probs, entropies and
-    gradients as running every full sequence (up to float rounding)."""
+@pytest.mark.parametrize("shape", ["groups", "interleaved", "distinct"])
+def test_shared_prefix_forward_equals_the_full_forward(adapter, shape):
+    """What sequences share runs once (the system turn; a repeated prompt's rest, as in an RL group of
+    answers to one brief): same log-probs, entropies, mask and gradients as running every full sequence
+    (up to float rounding), in the same left-padded layout. `groups`: three answers of different lengths
+    (one empty) to each of two briefs of different lengths; `interleaved`: the same briefs alternating;
+    `distinct`: every brief once (only the system turn is shared)."""
     pol = _policy("lora")
     with torch.no_grad():
         for name, p in pol.model.named_parameters():
             if "lora_B" in name:
                 p.add_(0.05 * torch.randn_like(p))
     assert pol.shared_prefix() and len(pol.shared_prefix()) > 5
-    briefs, answers = BRIEFS * 2, ANSWERS + ANSWERS[::-1]
+    answers3 = [ANSWERS[0], "", ANSWERS[1] + " rank(close)"]
+    if shape == "groups":
+        briefs, answers = [b for b in BRIEFS for _ in answers3], answers3 * 2
+    elif shape == "interleaved":
+        briefs, answers = BRIEFS * 3, answers3 + answers3[::-1]
+    else:
+        briefs, answers = [*BRIEFS, BRIEFS[0] + " Keep it short."], answers3
+    grouped = []
+    run_grouped = pol._grouped_logits
+    pol._grouped_logits = lambda *a: grouped.append(run_grouped(*a)) or grouped[-1]
     out = {}
     for share in (True, False):
         pol.model.zero_grad(set_to_none=True)
@@ -300,6 +313,11 @@ def test_shared_prefix_forward_equals_the_full_forward(adapter):
     torch.testing.assert_close(out[True][0], out[False][0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out[True][1], out[False][1], atol=1e-5, rtol=1e-5)
     assert torch.equal(out[True][2], out[False][2])
+    assert out[True][2].sum(-1).tolist() == [len(pol.tokenizer(a, add_special_tokens=False)["input_ids"]) + 1
+                                             for a in answers]
+    assert bool(out[True][2][:, -1].all())            # left-padded: every answer ends at the last position
+    # the repeated prompts took the grouped path (and it did not fall back); distinct ones never enter it
+    assert len(grouped) == (shape != "distinct") and all(g is not None for g in grouped)
     if adapter:
         assert out[True][3].keys() == out[False][3].keys() and out[True][3]
         for n in out[True][3]:
