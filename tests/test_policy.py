@@ -277,17 +277,18 @@ def test_smollm2_loads_generates_and_wraps_lora(tmp_path):
 
 
 @pytest.mark.parametrize("adapter", [True, False])
-@pytest.mark.parametrize("shape", ["groups", "interleaved", "distinct"])
-def test_shared_prefix_forward_equals_the_full_forward(adapter, shape):
+@pytest.mark.parametrize("shape,kind", [("groups", "lora"), ("interleaved", "lora"), ("distinct", "lora"),
+                                        ("groups", "dora")])
+def test_shared_prefix_forward_equals_the_full_forward(adapter, shape, kind):
     """What sequences share runs once (the system turn; a repeated prompt's rest, as in an RL group of
     answers to one brief): same log-probs, entropies, mask and gradients as running every full sequence
     (up to float rounding), in the same left-padded layout. `groups`: three answers of different lengths
     (one empty) to each of two briefs of different lengths; `interleaved`: the same briefs alternating;
-    `distinct`: every brief once (only the system turn is shared)."""
-    pol = _policy("lora")
+    `distinct`: every brief once (only the system turn is shared). LoRA and DoRA adapters."""
+    pol = _policy(kind)
     with torch.no_grad():
         for name, p in pol.model.named_parameters():
-            if "lora_B" in name:
+            if "lora_B" in name or "magnitude" in name:
                 p.add_(0.05 * torch.randn_like(p))
     assert pol.shared_prefix() and len(pol.shared_prefix()) > 5
     answers3 = [ANSWERS[0], "", ANSWERS[1] + " rank(close)"]
