@@ -6,9 +6,9 @@ briefs, the archive, the kept stress worlds: run `make run` first), `--warmup` s
 timed steps; medians and p90s per part, never best-of, and the share of the step the four parts explain.
 `--set` takes params overrides (e.g. `--set rl.policy=smollm2`); `--sampling adapter` samples through the
 unmerged adapter (the reference for the merged copy the trainer samples with); `--prompts each` runs every
-answer's whole prompt in the reference and update passes (the reference for `Policy._grouped_logits`, which runs
-a repeated prompt once per group). Each thread budget runs in a fresh
-trainer (same seed, so the same briefs and answers up to the thread-dependent float rounding).
+answer's whole prompt when sampling and in the reference and update passes (`Policy.share_prompts` off: the
+reference for `_prompt_cache` and `_grouped_logits`, which run a repeated prompt once per group). Each thread
+budget runs in a fresh trainer (same seed, so the same briefs and answers up to the thread-dependent float rounding).
 Last lines: `rl_step_<part>_<median|p90>=<seconds>` for the first budget, and the projected rung hours.
 """
 
@@ -64,12 +64,12 @@ def main() -> int:
                          "unmerged adapter, the reference")
     ap.add_argument("--prompts", choices=("grouped", "each"), default="grouped",
                     help="grouped: what the trainer does (a group's prompt runs once); each: every answer runs "
-                         "its whole prompt after the shared system turn, the reference")
+                         "its whole prompt (after the shared system turn in the update), the reference")
     args = ap.parse_args()
     if args.prompts == "each":
         from alphagym.policy.model import Policy
 
-        Policy._grouped_logits = lambda self, *a: None      # type: ignore[method-assign]
+        Policy.share_prompts = False
     if args.sampling == "adapter":
         from alphagym.policy.model import Policy
 

@@ -10,6 +10,7 @@ import json
 import pytest
 import torch
 
+from alphagym.dsl.prefix import PrefixChecker
 from alphagym.errors import PolicyError
 from alphagym.policy.model import (
     Policy,
@@ -105,6 +106,51 @@ def test_sampling_with_the_adapter_merged_equals_sampling_through_it(kind, monke
     for n, p in pol.model.named_parameters():
         assert torch.equal(p, before[n]), n
     assert any(p.requires_grad for p in pol.model.parameters())
+
+
+@pytest.mark.parametrize("decoding", ["grammar", "free"])
+def test_sampling_from_a_shared_prompt_cache_equals_sampling_each_prompt(decoding):
+    """`generate` runs each distinct prompt of a micro-batch once and starts every answer from its cache:
+    the same seeded answers as running every prompt (two briefs of different lengths in one micro-batch, so
+    the cache's rows carry the batch's left padding), sampled and greedy, under the grammar and free."""
+    pol = _policy("lora")
+    pol.micro_batch = 8
+    if decoding == "grammar":
+        pol.grammar = PrefixChecker()
+    briefs = [BRIEFS[0], BRIEFS[1] + " Use at most two fields and keep the turnover low."]
+    lengths = {len(pol.tokenizer(pol.prompt(b), add_special_tokens=False)["input_ids"]) for b in briefs}
+    assert len(lengths) == 2
+    # the cache's last-token logits equal the full forward's, row by row
+    chunk = [pol.prompt(b) for b in briefs for _ in range(4)]
+    enc = pol.tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
+    att = enc["attention_mask"]
+    pos = (att.cumsum(-1) - 1).masked_fill(att == 0, 0)
+    model = pol.sampling_model()
+    with torch.no_grad():
+        cache = pol._prompt_cache(model, chunk, enc)
+        last = model(input_ids=enc["input_ids"][:, -1:], attention_mask=att, position_ids=pos[:, -1:],
+                     cache=cache).logits[:, -1]
+        full = model(**enc, position_ids=pos).logits[:, -1]
+    torch.testing.assert_close(last, full, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(full[0], full[-1], atol=1e-4)      # the two prompts' logits differ
+    caches = []
+    run_cache = pol._prompt_cache
+
+    def spy(*a):
+        cache = run_cache(*a)
+        caches.append(None if cache is None else cache.get_seq_length())     # generate then extends it
+        return cache
+
+    pol._prompt_cache = spy
+    for temperature, seed in ((1.0, 3), (1.0, 4), (0.0, 0)):
+        shared = pol.generate(briefs, n=4, temperature=temperature, seed=seed)
+        assert caches[-1] == max(lengths) - 1          # every prompt token but the last
+        pol.share_prompts = False
+        assert shared == pol.generate(briefs, n=4, temperature=temperature, seed=seed), (temperature, seed)
+        assert caches[-1] is None
+        pol.share_prompts = True
+    assert len({a for g in shared for a in g}) >= 1
+    assert pol.generate(briefs, n=1, seed=1) and caches[-1] is None      # nothing repeats: no cache
 
 
 def test_disable_dropout_makes_two_train_mode_passes_agree():
