@@ -321,24 +321,37 @@ class Policy:
                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int] | None:
         """Left-padded ids, attention mask and answer mask (over the last `k` positions) of each sequence
         after the shared prefix, and k (None if a prompt does not start with exactly those ids)."""
-        eos, n = self.tokenizer.eos_token_id, len(prefix)
+        n = len(prefix)
         seqs, n_ans = [], []
         for b, a in zip(briefs, answers, strict=True):
             p = self.tokenizer(self.prompt(b), add_special_tokens=False)["input_ids"]
             if p[:n] != prefix:
                 return None
-            ans = self.tokenizer(a, add_special_tokens=False)["input_ids"][: self.max_new_tokens] + [eos]
+            ans = self._answer_ids(a)
             seqs.append(p[n:] + ans)
             n_ans.append(len(ans))
-        width, k = max(map(len, seqs)), max(n_ans)
-        ids = torch.full((len(seqs), width), self.tokenizer.pad_token_id, dtype=torch.long)
-        att = torch.zeros((len(seqs), width), dtype=torch.long)
+        ids, att = self._pad(seqs, left=True)
+        k = max(n_ans)
         ans_mask = torch.zeros((len(seqs), k), dtype=torch.bool)
-        for i, (sq, m) in enumerate(zip(seqs, n_ans)):
-            ids[i, width - len(sq):] = torch.tensor(sq)
-            att[i, width - len(sq):] = 1
+        for i, m in enumerate(n_ans):
             ans_mask[i, k - m:] = True
         return ids, att, ans_mask, k
+
+    def _answer_ids(self, answer: str) -> list[int]:
+        """An answer's tokens as the policy writes them: at most `max_new_tokens`, then the end token."""
+        return self.tokenizer(answer, add_special_tokens=False)["input_ids"][: self.max_new_tokens] + \
+            [self.tokenizer.eos_token_id]
+
+    def _pad(self, seqs: Sequence[list[int]], left: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token rows padded to the longest (on the left or the right) and their attention mask."""
+        width = max(map(len, seqs))
+        ids = torch.full((len(seqs), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        att = torch.zeros((len(seqs), width), dtype=torch.long)
+        for i, sq in enumerate(seqs):
+            cols = slice(width - len(sq), width) if left else slice(0, len(sq))
+            ids[i, cols] = torch.tensor(sq, dtype=torch.long)
+            att[i, cols] = 1
+        return ids, att
 
     def _logits(self, briefs: Sequence[str], answers: Sequence[str], share_prefix: bool
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -389,7 +402,7 @@ class Policy:
         once (left-padded after the system turn), then every answer (right-padded) on its prompt's cache.
         The logit of an answer's first token is its prompt's last one. None when a prompt does not start
         with `prefix` (the caller runs the full path)."""
-        eos, n, dev = self.tokenizer.eos_token_id, len(prefix), self.device
+        n, dev = len(prefix), self.device
         order = list(dict.fromkeys(briefs))
         rests = []
         for b in order:
@@ -398,13 +411,7 @@ class Policy:
                 return None
             rests.append(p[n:])
         which = torch.tensor([order.index(b) for b in briefs], device=dev)
-        width = max(map(len, rests))
-        p_ids = torch.full((len(rests), width), self.tokenizer.pad_token_id, dtype=torch.long)
-        p_att = torch.zeros((len(rests), width), dtype=torch.long)
-        for i, r in enumerate(rests):
-            p_ids[i, width - len(r):] = torch.tensor(r)
-            p_att[i, width - len(r):] = 1
-        p_ids, p_att = p_ids.to(dev), p_att.to(dev)
+        p_ids, p_att = (t.to(dev) for t in self._pad(rests, left=True))
         cache = self._prefix_cache(prefix, len(rests))
         ones = torch.ones((len(rests), n), dtype=p_att.dtype, device=dev)
         out = self.model(input_ids=p_ids, attention_mask=torch.cat([ones, p_att], dim=1),
@@ -412,17 +419,9 @@ class Policy:
                          logits_to_keep=1)
         cache = out.cache
         cache.batch_select_indices(which)
-        ans = [self.tokenizer(a, add_special_tokens=False)["input_ids"][: self.max_new_tokens] + [eos]
-               for a in answers]
-        k = max(map(len, ans))
-        a_ids = torch.full((len(ans), k), self.tokenizer.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(ans), k), dtype=torch.bool)
-        for i, a in enumerate(ans):
-            a_ids[i, :len(a)] = torch.tensor(a)
-            mask[i, :len(a)] = True
-        a_ids, mask = a_ids.to(dev), mask.to(dev)
-        att = torch.cat([torch.ones((len(ans), n), dtype=p_att.dtype, device=dev), p_att[which],
-                         mask.to(p_att.dtype)], dim=1)
+        a_ids, a_att = (t.to(dev) for t in self._pad([self._answer_ids(a) for a in answers], left=False))
+        k, mask = a_ids.shape[1], a_att.bool()
+        att = torch.cat([torch.ones((len(answers), n), dtype=p_att.dtype, device=dev), p_att[which], a_att], dim=1)
         pos = n + p_att.sum(-1)[which, None] + torch.arange(k, device=dev)[None]
         logits = self.model(input_ids=a_ids, attention_mask=att, position_ids=pos, cache=cache, use_cache=True,
                             logits_to_keep=k).logits
