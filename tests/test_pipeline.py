@@ -199,6 +199,27 @@ def test_each_rung_declares_its_recipes_thread_budget(root, tmp_path):
     assert jobs["sft@tiny"]["threads"] == jobs["filter"]["threads"] == table["filter"].threads == 2
 
 
+def test_the_longest_rungs_start_first(root, tmp_path):
+    """Training priority follows a rung's expected time (steps, a DoRA step weighted 1.5), so the DoRA rungs
+    start before the LoRA ones and never run alone at the end; every rung's probe and books still outrank
+    every training job, so a finished rung's results appear before the next rung starts."""
+    work = _copy_workflow(root, tmp_path / "w", ladder=["dapo_all", "cispo_repo", "cispo_repo_dora"])
+    text = (work / "params.yaml").read_text()
+    text, n = re.subn(r"^(    cispo_repo: \{.*set: \{)\}", r"\1steps: 300}", text, flags=re.M)
+    assert n == 1
+    (work / "params.yaml").write_text(text)
+    table = stage_table(load_params(work / "params.yaml"))
+    jobs = _snakemake_jobs(work)
+    prio = {k: jobs[k]["priority"] for k in jobs}
+    assert prio == {k: table[k].priority for k in prio if k != "all"} | {"all": prio["all"]}
+    assert prio["train@cispo_repo_dora"] > prio["train@dapo_all"] > prio["train@cispo_repo"]
+    # 600 DoRA steps (900 LoRA-step equivalents), 600 and 300 LoRA steps
+    assert [prio[f"train@{r}"] for r in ("cispo_repo_dora", "dapo_all", "cispo_repo")] == [10, 7, 3]
+    trains = [v for k, v in prio.items() if k.startswith("train@")]
+    for r in ("dapo_all", "cispo_repo", "cispo_repo_dora"):
+        assert prio[f"books@{r}"] > prio[f"probe@{r}"] > max(trains)
+
+
 def _holdout_readers(stages: dict[str, dict]) -> set[str]:
     producer = {out: name for name, s in stages.items() for out in s["outs"]}
 

@@ -48,6 +48,7 @@ class Family:
 
 
 REPLICA = re.compile(r"^(.+)-s(\d+)$")
+RUNGS = Family("rl.ladder", "rung", replicas="rl.seeds", blocks="rl.rungs")   # the ladder's rungs and replicas
 
 
 def split_replica(item: str) -> tuple[str, int]:
@@ -74,6 +75,8 @@ class Stage:
     priority: int = 0                    # Snakemake starts the ready job of highest priority first: a finished
                                          # rung's probe and books (minutes) before the next rung's training
                                          # (most of an hour), so each rung's results appear when it ends
+    priority_of_rung: bool = False       # a rung's training: `rung_priority`, the longest rungs first (below
+                                         # every probe and books priority)
     work: dict[str, str] | None = None   # role -> folder kept between runs for resumable state (checkpoints of a
                                          # killed run): not an output, never removed by run_stage; the stage
                                          # checks what it finds there and discards what does not match
@@ -112,7 +115,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
               *engine)
     rl = f"{r}/rl/{rl_policy}"           # rungs of each backend apart: the smollm2 profile keeps the tiny rungs
     probe, books, rep = f"{r}/probe/{rl_policy}", f"{r}/books/{rl_policy}", f"{r}/report/{rl_policy}"
-    rungs = Family("rl.ladder", "rung", replicas="rl.seeds", blocks="rl.rungs")
+    rungs = RUNGS
     rows = [
         Stage("download", "alphagym.data.stage:download", {},
               {"prices": f"{r}/raw/prices.parquet", "meta": f"{r}/raw/meta.json",
@@ -179,7 +182,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
                "rl.rungs.{item}"),
               ("src/alphagym/rl", *policy),
               metrics=("summary",), directories=("checkpoints",), threads_of_rung=True, family=rungs,
-              work={"work": f"{rl}/{{item}}/work"},
+              priority_of_rung=True, work={"work": f"{rl}/{{item}}/work"},
               help="train one rung of the RL ladder from the SFT policy (one stage per rung in rl.ladder)"),
         Stage("probe", "alphagym.probe.stage:probe",
               {"train": f"{r}/panel/train.parquet", "holdout": f"{r}/panel/holdout.parquet",
@@ -190,7 +193,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
               ("seed", "dsl", "verifier", "briefs.horizon_tolerance", "policy", "rl.policy", "rl.recipe",
                "rl.rungs.{item}"),
               ("src/alphagym/probe", "src/alphagym/rl/checkpoints.py", "src/alphagym/books", *policy),
-              metrics=("summary",), threads_of_rung=True, family=rungs, priority=1,
+              metrics=("summary",), threads_of_rung=True, family=rungs, priority=RUNG_PRIORITY + 1,
               help="answer the holdout briefs greedily at every checkpoint of a rung; select on train CPCV, "
                    "then score the holdout year"),
         Stage("books", "alphagym.books.stage:books",
@@ -198,7 +201,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
                "answers": f"{probe}/{{item}}/answers.parquet", "probe": f"{probe}/{{item}}/summary.json"},
               {"books": f"{books}/{{item}}/books.json", "daily": f"{books}/{{item}}/daily.parquet"},
               ("dsl", "verifier", "books"), ("src/alphagym/books", *engine, "src/alphagym/verifier"),
-              metrics=("books",), family=rungs, priority=2,
+              metrics=("books",), family=rungs, priority=RUNG_PRIORITY + 2,
               help="the shipped checkpoint's equal-weight and correlation-capped books on the holdout year"),
         Stage("report", "alphagym.report.stage:report",
               {"gates": f"{r}/world_model/gates.json", "briefs_holdout": f"{r}/briefs/holdout.jsonl",
@@ -265,6 +268,27 @@ def rung_threads(params: Mapping[str, Any], item: str) -> int:
     return max(recipe.torch_threads, recipe.numba_threads)
 
 
+# A DoRA step of the tiny policy costs about 1.5 LoRA steps (5.72 against 3.71 s median a step, the two
+# rungs side by side in one `make run`, docs/results.md). Only the order of the rungs depends on it.
+DORA_STEP_COST = 1.5
+RUNG_PRIORITY = 10          # training priorities lie in 0..RUNG_PRIORITY; probe and books lie above them
+
+
+def rung_cost(params: Mapping[str, Any], item: str) -> float:
+    """A rung's (or replica's) expected training time in LoRA steps: its recipe's steps, DoRA ones weighted."""
+    rung = split_replica(item)[0]
+    recipe = apply_rung(get(params, "rl.recipe"), get(params, f"rl.rungs.{rung}"), rung)
+    return recipe.steps * (DORA_STEP_COST if recipe.adapter == "dora" else 1.0)
+
+
+def rung_priority(params: Mapping[str, Any], item: str) -> int:
+    """A rung's training priority, 0..RUNG_PRIORITY, in proportion to its expected time: the longest rungs
+    start first. Snakemake fills the free cores with the ready rungs in this order, so the long (DoRA) rungs
+    do not end up running alone at the end of the ladder (longest-processing-time-first scheduling)."""
+    costs = [rung_cost(params, i) for i in _items(params, RUNGS)]
+    return round(RUNG_PRIORITY * rung_cost(params, item) / max(costs, default=1.0))
+
+
 def expand(stage: Stage, item: str, params_item: str | None = None,
            params: Mapping[str, Any] | None = None) -> Stage:
     """A family member: `{item}` in paths and the command is the member, in params keys the item it
@@ -276,8 +300,9 @@ def expand(stage: Stage, item: str, params_item: str | None = None,
         params_item = split_replica(item)[0] if stage.family and stage.family.replicas else item
     keys = tuple(k.replace("{item}", params_item) for k in stage.params)
     threads = rung_threads(params, item) if stage.threads_of_rung and params is not None else stage.threads
+    priority = rung_priority(params, item) if stage.priority_of_rung and params is not None else stage.priority
     return Stage(**{**stage.__dict__, "deps": sub, "outs": out, "params": keys, "item": item, "work": work,
-                    "threads": threads})
+                    "threads": threads, "priority": priority})
 
 
 def stage_table(params: Mapping[str, Any], rows: list[Stage] | None = None) -> dict[str, Stage]:

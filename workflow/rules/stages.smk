@@ -33,6 +33,12 @@ def _threads(row):
     return lambda wildcards, r=row: expand(r, wildcards[r.family.wildcard], params=PARAMS).threads
 
 
+def _priority(row):
+    if row.family is None or not row.priority_of_rung:
+        return row.priority
+    return lambda wildcards, r=row: expand(r, wildcards[r.family.wildcard], params=PARAMS).priority
+
+
 def _values(row):
     if row.family is None:
         return json.dumps(params_values(PARAMS, row.params), sort_keys=True)
@@ -60,7 +66,7 @@ for _row in STAGE_ROWS:
             values=_values(_row),
             code=code_hash(tuple(COMMON_CODE) + tuple(_row.code)),
         threads: _threads(_row)
-        priority: _row.priority
+        priority: _priority(_row)
         log:
             _log,
         shell:
