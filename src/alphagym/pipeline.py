@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from alphagym.config import get, results_dir, to_builtin
-from alphagym.params import apply_rung
+from alphagym.params import RlRecipe, apply_rung
 
 # Stages allowed to read holdout data (directly or through any upstream output).
 HOLDOUT_READERS = frozenset({"probe", "books", "report"})
@@ -115,7 +115,6 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
               *engine)
     rl = f"{r}/rl/{rl_policy}"           # rungs of each backend apart: the smollm2 profile keeps the tiny rungs
     probe, books, rep = f"{r}/probe/{rl_policy}", f"{r}/books/{rl_policy}", f"{r}/report/{rl_policy}"
-    rungs = RUNGS
     rows = [
         Stage("download", "alphagym.data.stage:download", {},
               {"prices": f"{r}/raw/prices.parquet", "meta": f"{r}/raw/meta.json",
@@ -181,7 +180,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
               ("seed", "dsl", "verifier", "briefs.horizon_tolerance", "policy", "rl.policy", "rl.recipe",
                "rl.rungs.{item}"),
               ("src/alphagym/rl", *policy),
-              metrics=("summary",), directories=("checkpoints",), threads_of_rung=True, family=rungs,
+              metrics=("summary",), directories=("checkpoints",), threads_of_rung=True, family=RUNGS,
               priority_of_rung=True, work={"work": f"{rl}/{{item}}/work"},
               help="train one rung of the RL ladder from the SFT policy (one stage per rung in rl.ladder)"),
         Stage("probe", "alphagym.probe.stage:probe",
@@ -193,7 +192,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
               ("seed", "dsl", "verifier", "briefs.horizon_tolerance", "policy", "rl.policy", "rl.recipe",
                "rl.rungs.{item}"),
               ("src/alphagym/probe", "src/alphagym/rl/checkpoints.py", "src/alphagym/books", *policy),
-              metrics=("summary",), threads_of_rung=True, family=rungs, priority=RUNG_PRIORITY + 1,
+              metrics=("summary",), threads_of_rung=True, family=RUNGS, priority=RUNG_PRIORITY + 1,
               help="answer the holdout briefs greedily at every checkpoint of a rung; select on train CPCV, "
                    "then score the holdout year"),
         Stage("books", "alphagym.books.stage:books",
@@ -201,7 +200,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
                "answers": f"{probe}/{{item}}/answers.parquet", "probe": f"{probe}/{{item}}/summary.json"},
               {"books": f"{books}/{{item}}/books.json", "daily": f"{books}/{{item}}/daily.parquet"},
               ("dsl", "verifier", "books"), ("src/alphagym/books", *engine, "src/alphagym/verifier"),
-              metrics=("books",), family=rungs, priority=RUNG_PRIORITY + 2,
+              metrics=("books",), family=RUNGS, priority=RUNG_PRIORITY + 2,
               help="the shipped checkpoint's equal-weight and correlation-capped books on the holdout year"),
         Stage("report", "alphagym.report.stage:report",
               {"gates": f"{r}/world_model/gates.json", "briefs_holdout": f"{r}/briefs/holdout.jsonl",
@@ -215,7 +214,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
               ("seed", "verifier.priorities", "verifier.jepa_stress", "worldmodel", "rl", "books"),
               ("src/alphagym/report", "src/alphagym/rl/plots.py", "src/alphagym/plotting.py",
                "src/alphagym/briefs", "src/alphagym/verifier/channels.py", *engine),
-              metrics=("summary",), directories=("figures", "adapter"), gather=rungs,
+              metrics=("summary",), directories=("figures", "adapter"), gather=RUNGS,
               help="the ladder report: tables, plots, JSON export, verified pairs and the shipped adapter"),
     ]
     return [Stage(**{**s.__dict__, "profile_arg": profile_arg}) for s in rows]
@@ -259,12 +258,17 @@ def _gathered(stage: Stage, params: Mapping[str, Any]) -> Stage:
     return Stage(**{**stage.__dict__, "deps": deps})
 
 
+def _rung_recipe(params: Mapping[str, Any], item: str) -> RlRecipe:
+    """`rl.recipe` with the rung's `set` applied; a replica `RUNG-sK` has its rung's recipe."""
+    rung = split_replica(item)[0]
+    return apply_rung(get(params, "rl.recipe"), get(params, f"rl.rungs.{rung}"), rung)
+
+
 def rung_threads(params: Mapping[str, Any], item: str) -> int:
     """Cores a rung (or its replica `RUNG-sK`) uses: the larger of its recipe's `torch_threads` and
     `numba_threads` (`rl.recipe` with the rung's `set` applied). The two phases run one after another, so
     one rung never uses more cores than the larger budget."""
-    rung = split_replica(item)[0]
-    recipe = apply_rung(get(params, "rl.recipe"), get(params, f"rl.rungs.{rung}"), rung)
+    recipe = _rung_recipe(params, item)
     return max(recipe.torch_threads, recipe.numba_threads)
 
 
@@ -276,8 +280,7 @@ RUNG_PRIORITY = 10          # training priorities lie in 0..RUNG_PRIORITY; probe
 
 def rung_cost(params: Mapping[str, Any], item: str) -> float:
     """A rung's (or replica's) expected training time in LoRA steps: its recipe's steps, DoRA ones weighted."""
-    rung = split_replica(item)[0]
-    recipe = apply_rung(get(params, "rl.recipe"), get(params, f"rl.rungs.{rung}"), rung)
+    recipe = _rung_recipe(params, item)
     return recipe.steps * (DORA_STEP_COST if recipe.adapter == "dora" else 1.0)
 
 

@@ -27,16 +27,12 @@ def _command(row):
     return lambda wildcards, r=row: expand(r, wildcards[r.family.wildcard]).cmd
 
 
-def _threads(row):
-    if row.family is None or not row.threads_of_rung:
-        return row.threads
-    return lambda wildcards, r=row: expand(r, wildcards[r.family.wildcard], params=PARAMS).threads
-
-
-def _priority(row):
-    if row.family is None or not row.priority_of_rung:
-        return row.priority
-    return lambda wildcards, r=row: expand(r, wildcards[r.family.wildcard], params=PARAMS).priority
+def _per_member(row, attr, flag):
+    """The row's `attr` (threads, priority), or a function of the wildcard giving each rung its own when the
+    row's `flag` (threads_of_rung, priority_of_rung) says it depends on the rung's recipe."""
+    if row.family is None or not getattr(row, flag):
+        return getattr(row, attr)
+    return lambda wildcards, r=row: getattr(expand(r, wildcards[r.family.wildcard], params=PARAMS), attr)
 
 
 def _values(row):
@@ -65,8 +61,8 @@ for _row in STAGE_ROWS:
             cmd=_command(_row),
             values=_values(_row),
             code=code_hash(tuple(COMMON_CODE) + tuple(_row.code)),
-        threads: _threads(_row)
-        priority: _priority(_row)
+        threads: _per_member(_row, "threads", "threads_of_rung")
+        priority: _per_member(_row, "priority", "priority_of_rung")
         log:
             _log,
         shell:
