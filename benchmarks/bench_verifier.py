@@ -1,10 +1,12 @@
-"""Verifier throughput: full score cards per second on one core, against the pandas reference evaluating the
-same formulas without any scoring, in the same process. R3 is off unless --stress-worlds gives world panels.
+"""Verifier throughput: full score cards per second on one core (one numba thread; numpy's BLAS on one
+thread, as in every alphagym process), against the pandas reference evaluating the same formulas without
+any scoring, in the same process. R3 is off unless --stress-worlds gives world panels.
 
 Workload: the five probe formulas, every usable Alpha101, and invalid answers (missing and doubled tags,
 syntax errors, limit violations, a self-cancelling formula), each as a raw model answer. Ours: 5 runs per
-answer; pandas: 3 evaluations per parseable formula. Totals of per-answer medians (and p90s), never the
-best run; idle, and under a competing CPU-bound process on the other core that the benchmark starts.
+answer; pandas: 3 evaluations per parseable formula, right after ours of the same answer (so a drift of
+the machine's speed falls on both sides). Totals of per-answer medians (and p90s), never the best run;
+idle, and under a competing CPU-bound process on the other core that the benchmark starts.
 Last lines: full_scoring_vs_pandas_eval_<idle|load>_<median|p90>=<pandas total / scoring total>.
 """
 
@@ -26,7 +28,7 @@ from alphagym.dsl.parser import parse  # noqa: E402
 from alphagym.panel import DSL_FIELDS  # noqa: E402
 from alphagym.verifier.loading import load_kept_worlds, seed_archive  # noqa: E402
 from alphagym.verifier.verifier import Verifier  # noqa: E402
-from common import PROBES, ROOT, CompetingLoad, median_p90, times  # noqa: E402
+from common import PROBES, ROOT, CompetingLoad, median_p90, print_ratios, times  # noqa: E402
 from reference_eval import ReferenceEvaluator  # noqa: E402
 
 INVALID = [
@@ -85,15 +87,15 @@ def main() -> int:
         verifier.score(a, answer=True)
 
     valid = sum(verifier.score(a, answer=True).valid for a in answers)
-    parsed = []
-    for a in answers:
+    parsed = {}                   # answer index -> the formula pandas evaluates (one well-tagged, parseable)
+    for i, a in enumerate(answers):
         formula = a.split("<alpha>")[-1].split("</alpha>")[0]
         try:
             ast = parse(formula)
         except DslError:
             continue
         if "<alpha>" in a and a.count("<alpha>") == 1:
-            parsed.append(ast)
+            parsed[i] = ast
     n = len(answers)
     span = params["verifier"]["jepa_stress"]["sessions"]
     span = "whole worlds" if verifier.stress_base is None else f"over the last {span} sessions"
@@ -104,16 +106,17 @@ def main() -> int:
     results = {}
     for condition in ("idle", "load"):
         with CompetingLoad(condition == "load"):
-            ours = [median_p90(times(lambda a=a: score(a), 5)) for a in answers]
-            ref = [median_p90(times(lambda ast=ast: ref_ev.evaluate(ast), 3)) for ast in parsed]
+            ours, ref = [], []
+            for i, a in enumerate(answers):       # interleaved per answer: the VM's drift falls on both sides
+                ours.append(median_p90(times(lambda a=a: score(a), 5)))
+                if i in parsed:
+                    ref.append(median_p90(times(lambda ast=parsed[i]: ref_ev.evaluate(ast), 3)))
         t_med, t_p90 = sum(t[0] for t in ours), sum(t[1] for t in ours)
         r_med, r_p90 = sum(t[0] for t in ref), sum(t[1] for t in ref)
         print(f"[{condition}] scoring: medians {t_med:.3f} s ({t_med / n * 1e3:.2f} ms per answer), p90s "
               f"{t_p90:.3f} s; pandas evaluation only: medians {r_med:.3f} s, p90s {r_p90:.3f} s")
         results[condition] = (r_med / t_med, r_p90 / t_p90)
-    for condition, (m, p) in results.items():
-        print(f"full_scoring_vs_pandas_eval_{condition}_median={m:.2f}")
-        print(f"full_scoring_vs_pandas_eval_{condition}_p90={p:.2f}")
+    print_ratios("full_scoring_vs_pandas_eval", results)
     return 0
 
 

@@ -70,6 +70,13 @@ class CompetingLoad:
             self.proc.wait()
 
 
+def print_ratios(name: str, ratios: dict[str, tuple[float, float]]) -> None:
+    """A benchmark's last lines, one per condition: `<name>_<condition>_median=` and `_p90=` ratios."""
+    for condition, (m, p) in ratios.items():
+        print(f"{name}_{condition}_median={m:.2f}")
+        print(f"{name}_{condition}_p90={p:.2f}")
+
+
 def geomean(xs: list[float]) -> float:
     import math
 
