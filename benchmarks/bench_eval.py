@@ -3,11 +3,12 @@
 Workload: the five probe formulas plus every usable Alpha101, on the simulated 3,556 x 46 panel. Both
 evaluators run each formula after a JIT warm-up. Each formula is timed `--repeats` times (ours, every
 evaluation from scratch: the field ranks the evaluator keeps across formulas are dropped first) and 3 times
-(pandas); the tables give medians and p90s, never the best run. Two conditions, each in this process:
-idle, and under a competing CPU-bound process on one core that the benchmark starts itself; and two numba
-thread counts for our kernels (2 = both cores, 1). The speed-up of a formula is the pandas median over
-ours (median, and p90 over p90). The two results are compared (NaN pattern, share of cells equal to 1e-7)
-so a fast wrong answer shows.
+(pandas), the three timings of a formula (pandas, ours on 2 threads, ours on 1) one right after the other so
+a drift of the machine's speed falls on all of them; the tables give medians and p90s, never the best run.
+Two conditions, each in this process: idle, and under a competing CPU-bound process on one core that the
+benchmark starts itself; and two numba thread counts for our kernels (2 = both cores, 1). The speed-up of a
+formula is the pandas median over ours (median, and p90 over p90). The two results are compared (NaN
+pattern, share of cells equal to 1e-7) so a fast wrong answer shows.
 Last lines: geomean_speedup_<condition>_<threads>t_<median|p90>=<x>. --quick: the probes and 10 alphas.
 """
 
@@ -59,22 +60,23 @@ def main() -> int:
     summary = {}
     for condition in ("idle", "load"):
         with CompetingLoad(condition == "load"):
-            ref_t = {name: median_p90(times(lambda ast=ast: ref.evaluate(ast), 3)) for name, ast in items}
-            for threads in (2, 1):
-                numba.set_num_threads(threads)
-                med, p90 = [], []
-                rows = []
-                for name, ast in items:
+            ratios: dict[int, tuple[list[float], list[float]]] = {2: ([], []), 1: ([], [])}
+            rows: dict[int, list[str]] = {2: [], 1: []}
+            for name, ast in items:            # interleaved per formula: the VM's drift falls on every side
+                r = median_p90(times(lambda ast=ast: ref.evaluate(ast), 3))
+                for threads in (2, 1):
+                    numba.set_num_threads(threads)
                     t = median_p90(times(lambda ast=ast: (ours.forget_field_ranks(), ours.evaluate(ast)),
                                          args.repeats))
-                    med.append(ref_t[name][0] / t[0])
-                    p90.append(ref_t[name][1] / t[1])
-                    rows.append(f"{name:<10} {t[0] * 1e3:8.2f} {t[1] * 1e3:8.2f} {ref_t[name][0] * 1e3:9.1f} "
-                                f"{med[-1]:7.1f}")
+                    ratios[threads][0].append(r[0] / t[0])
+                    ratios[threads][1].append(r[1] / t[1])
+                    rows[threads].append(f"{name:<10} {t[0] * 1e3:8.2f} {t[1] * 1e3:8.2f} {r[0] * 1e3:9.1f} "
+                                         f"{ratios[threads][0][-1]:7.1f}")
+            for threads in (2, 1):
                 print(f"\n[{condition}, {threads} numba thread(s)]  formula  ours-median-ms  ours-p90-ms  "
                       f"pandas-median-ms  speedup-median")
-                print("\n".join(rows[:5]) + ("\n..." if len(rows) > 5 else ""))
-                summary[(condition, threads)] = (geomean(med), geomean(p90))
+                print("\n".join(rows[threads][:5]) + ("\n..." if len(rows[threads]) > 5 else ""))
+                summary[(condition, threads)] = (geomean(ratios[threads][0]), geomean(ratios[threads][1]))
         numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
     print()
     for (condition, threads), (m, p) in summary.items():
