@@ -10,10 +10,11 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # numpy's OpenBLAS starts one thread per core. Every BLAS product here is small (the verifier's CPCV masks,
 # factor regression and novelty archive: a few thousand rows by at most a thousand columns), and with the
-# other core busy a two-thread product waits a scheduler quantum for its second half: R3-on scoring under
-# load measured 1.40x its idle time with two BLAS threads and 1.11x with one, with no loss idle
-# (BENCHMARKS.md, "Verifier throughput"). One thread, unless the user set a value; the variable reaches
-# child processes (the verifier's worker pool), and an OpenBLAS loaded before this import is resized.
+# other core busy a two-thread product waits for its second thread: alternating in one process, two BLAS
+# threads made R3-on scoring under load 1.40x slower than one and gained nothing idle, and two rungs side
+# by side stepped 1.41x slower (BENCHMARKS.md, "Why scoring slowed under load"). One thread, unless the
+# user set a value; the variable reaches child processes (the verifier's worker pool), and an OpenBLAS
+# loaded before this import is resized.
 if "OPENBLAS_NUM_THREADS" not in os.environ:
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
     if "numpy" in sys.modules:
