@@ -18,18 +18,13 @@ os.environ.setdefault("NUMBA_NUM_THREADS", "1")        # one core, before numba 
 import argparse  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 from threadpoolctl import threadpool_limits  # noqa: E402
 
 from alphagym.config import load_params  # noqa: E402
-from alphagym.data.build_panel import build_panel  # noqa: E402
-from alphagym.data.sources import load_source  # noqa: E402
 from alphagym.dsl.alpha101 import alpha101  # noqa: E402
-from alphagym.panel import DSL_FIELDS, Panel  # noqa: E402
-from alphagym.verifier.loading import load_kept_worlds, seed_archive  # noqa: E402
-from alphagym.verifier.verifier import Verifier  # noqa: E402
-from common import PROBES, ROOT, CompetingLoad, median_p90, print_ratios  # noqa: E402
+from alphagym.panel import DSL_FIELDS  # noqa: E402
+from common import PROBES, ROOT, CompetingLoad, median_p90, print_ratios, scoring_verifier  # noqa: E402
 
 
 def main() -> int:
@@ -38,17 +33,8 @@ def main() -> int:
     ap.add_argument("--stress-worlds", metavar="DIR", help="R3 on with the worlds in DIR (results/world_model/worlds)")
     ap.add_argument("--kept-only", metavar="GATES_JSON", help="only the worlds this gate report kept")
     args = ap.parse_args()
-    params = load_params(ROOT / "params.yaml")
-    prices, sectors, _ = load_source(params)
-    train, _, _ = build_panel(prices, sectors, params)
-    worlds = {}
-    if args.stress_worlds:
-        if args.kept_only:
-            worlds = load_kept_worlds(Path(args.kept_only), Path(args.stress_worlds))
-        else:
-            worlds = {p.stem: Panel.read_parquet(p) for p in sorted(Path(args.stress_worlds).glob("*.parquet"))}
-    verifier = Verifier(train, params, stress_worlds=worlds)
-    seed_archive(train, params, progress=False, archive=verifier.archive, scorer=verifier.scorer)
+    train, verifier = scoring_verifier(load_params(ROOT / "params.yaml"), args.stress_worlds, args.kept_only)
+    worlds = verifier.stress_worlds
     alphas = [a.text for a in alpha101(panel_fields=frozenset(DSL_FIELDS)) if a.usable]
     answers = [f"<think>probe</think><alpha>{f}</alpha>" for f in PROBES + alphas]
 

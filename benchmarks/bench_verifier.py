@@ -20,15 +20,11 @@ import argparse  # noqa: E402
 import sys  # noqa: E402
 
 from alphagym.config import load_params  # noqa: E402
-from alphagym.data.build_panel import build_panel  # noqa: E402
-from alphagym.data.sources import load_source  # noqa: E402
 from alphagym.dsl.alpha101 import alpha101  # noqa: E402
 from alphagym.dsl.errors import DslError  # noqa: E402
 from alphagym.dsl.parser import parse  # noqa: E402
 from alphagym.panel import DSL_FIELDS  # noqa: E402
-from alphagym.verifier.loading import load_kept_worlds, seed_archive  # noqa: E402
-from alphagym.verifier.verifier import Verifier  # noqa: E402
-from common import PROBES, ROOT, CompetingLoad, median_p90, print_ratios, times  # noqa: E402
+from common import PROBES, ROOT, CompetingLoad, median_p90, print_ratios, scoring_verifier, times  # noqa: E402
 from reference_eval import ReferenceEvaluator  # noqa: E402
 
 INVALID = [
@@ -55,21 +51,8 @@ def main() -> int:
                     help="override params.yaml, e.g. verifier.jepa_stress.sessions=null (R3 on whole worlds)")
     args = ap.parse_args()
     params = load_params(ROOT / "params.yaml", args.set)
-    prices, sectors, _ = load_source(params)
-    train, _, _ = build_panel(prices, sectors, params)
-    worlds = {}
-    if args.stress_worlds:
-        from pathlib import Path
-
-        from alphagym.panel import Panel
-
-        worlds = {p.stem: Panel.read_parquet(p) for p in sorted(Path(args.stress_worlds).glob("*.parquet"))}
-        if args.kept_only:
-            worlds = load_kept_worlds(Path(args.kept_only), Path(args.stress_worlds))
-            if not worlds:
-                print(f"{args.kept_only} keeps no world: R3 stays off")
-    verifier = Verifier(train, params, stress_worlds=worlds)
-    seed_archive(train, params, progress=False, archive=verifier.archive, scorer=verifier.scorer)
+    train, verifier = scoring_verifier(params, args.stress_worlds, args.kept_only)
+    worlds = verifier.stress_worlds
     alphas = [a.text for a in alpha101(panel_fields=frozenset(DSL_FIELDS)) if a.usable]
     if args.quick:
         alphas = alphas[::10]

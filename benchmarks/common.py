@@ -31,6 +31,29 @@ def simulated_panel() -> Panel:
     return panel
 
 
+def scoring_verifier(params: dict, stress_worlds: str | None = None, kept_only: str | None = None):
+    """(train panel, verifier) as the pipeline's scoring sees them: the train window, the novelty archive
+    seeded with the Alpha101 books and, R3 on, every world panel in `stress_worlds` (only those the gate
+    report `kept_only` keeps, as the pipeline's verifier loads them)."""
+    from alphagym.data.build_panel import build_panel
+    from alphagym.verifier.loading import load_kept_worlds, seed_archive
+    from alphagym.verifier.verifier import Verifier
+
+    prices, sectors, _ = load_source(params)
+    train, _, _ = build_panel(prices, sectors, params)
+    worlds = {}
+    if stress_worlds:
+        if kept_only:
+            worlds = load_kept_worlds(Path(kept_only), Path(stress_worlds))
+            if not worlds:
+                print(f"{kept_only} keeps no world: R3 stays off")
+        else:
+            worlds = {p.stem: Panel.read_parquet(p) for p in sorted(Path(stress_worlds).glob("*.parquet"))}
+    verifier = Verifier(train, params, stress_worlds=worlds)
+    seed_archive(train, params, progress=False, archive=verifier.archive, scorer=verifier.scorer)
+    return train, verifier
+
+
 def times(fn: Callable[[], object], repeats: int) -> list[float]:
     """Wall times of `repeats` calls (seconds)."""
     out = []
