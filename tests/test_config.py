@@ -13,13 +13,19 @@ def test_profile_merges_over_base(root):
     assert "profiles" not in real
 
 
-def test_real_and_envb_profiles_keep_their_own_results(root):
-    """Their prices or costs change every output: sharing results/ with the default profile would make each
-    run redo (and overwrite) the other's."""
+def test_every_profile_keeps_its_own_results(root):
+    """A profile writes under its own results folder (its block's `paths.results`, else `results/<name>`): a
+    `make smoke` after a `make run` must not replace the default outputs, and no command may meet one
+    profile's archive next to another's panel. An explicit `--set paths.results=...` still wins."""
+    import yaml
+
+    names = list(yaml.safe_load((root / "params.yaml").read_text())["profiles"])
+    assert {"real", "smoke", "smollm2", "gpu", "envb"} <= set(names)
     base = load_params(root / "params.yaml")["paths"]["results"]
-    folders = {name: load_params(root / "params.yaml", [f"profile={name}"])["paths"]["results"]
-               for name in ("real", "envb")}
-    assert len({base, *folders.values()}) == 3, folders
+    folders = {name: load_params(root / "params.yaml", [f"profile={name}"])["paths"]["results"] for name in names}
+    assert len({base, *folders.values()}) == len(names) + 1, folders
+    assert folders["smoke"] == f"{base}/smoke" and folders["real"] == "results/real"
+    assert load_params(root / "params.yaml", ["profile=smoke", "paths.results=/x"])["paths"]["results"] == "/x"
 
 
 def test_override_wins_over_profile(root):

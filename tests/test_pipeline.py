@@ -278,7 +278,8 @@ def _git_dvc_repo(repo: Path, remote: Path) -> None:
                 [str(BIN / "dvc"), "init", "-q"], [str(BIN / "dvc"), "remote", "add", "-d", "store", str(remote)],
                 [str(BIN / "dvc"), "config", "core.analytics", "false"]):
         subprocess.run(cmd, cwd=repo, check=True, env=_env(), capture_output=True)
-    (repo / ".gitignore").write_text("/results/mlflow\n/results/cache\n/results/logs\n.snakemake/\n")
+    (repo / ".gitignore").write_text("/results/mlflow\n/results/**/cache\n/results/**/logs\n/results/**/.locks\n"
+                                     "/results/**/.staging\n.snakemake/\n")
 
 
 def _changed_outputs(cwd: Path) -> set[str]:
@@ -323,7 +324,7 @@ def test_snakemake_run_reruns_on_params_and_code_and_agrees_with_dvc(root, tmp_p
     assert run.returncode == 0, run.stderr[-3000:]
     keys = list(stage_table(load_params(work / "params.yaml")))
     assert f"recorded {', '.join(keys)} in dvc.lock" in run.stdout + run.stderr
-    summary = json.loads((work / "results/panel/summary.json").read_text())
+    summary = json.loads((work / "results/smoke/panel/summary.json").read_text())
     assert summary["train_first"] == "2023-01-03" and summary["holdout_sessions"] == 252
     db = sqlite3.connect(work / "results/mlflow/mlflow.db")
     names = sorted(r[0] for r in db.execute("select name from runs where status='FINISHED'"))
@@ -396,7 +397,7 @@ def _killed_rung_resumes(work: Path) -> None:
             "--set", "rl.recipe.steps=4", "--set", "rl.recipe.checkpoint_every=2"]
     params = load_params(work / "params.yaml")
     assert (params["rl"]["recipe"]["steps"], params["rl"]["recipe"]["checkpoint_every"]) == (4, 2)
-    logged = work / "results/rl/tiny/cispo_repo/log.jsonl"
+    logged = work / "results/smoke/rl/tiny/cispo_repo/log.jsonl"
     drop = ("step_time", "time/generation", "time/scoring", "time/reference", "time/update")
 
     def steps(path: Path) -> list[dict]:
@@ -414,16 +415,16 @@ def _killed_rung_resumes(work: Path) -> None:
     assert [r["step"] for r in want] == [1, 2, 3, 4]
     # rollouts under the grammar (the default): refused candidates per token drawn, logged every step
     assert all(r["decoding/rejected_share"] >= 0 and r["decoding/dead_ends"] >= 0 for r in want)
-    wdir = work / "results/rl/tiny/cispo_repo/work"
+    wdir = work / "results/smoke/rl/tiny/cispo_repo/work"
     kill_after_first_checkpoint()
-    assert (wdir / "checkpoint-000002").is_dir() and not (work / "results/rl/tiny/cispo_repo/summary.json").exists()
+    assert (wdir / "checkpoint-000002").is_dir() and not (work / "results/smoke/rl/tiny/cispo_repo/summary.json").exists()
     leftover = work.parent / "leftover-work"
     shutil.copytree(wdir, leftover)
     again = subprocess.run(base, cwd=work, env=_env(), capture_output=True, text=True)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resuming from" in again.stdout and "checkpoint-000002" in again.stdout
     assert steps(logged) == want
-    summary = json.loads((work / "results/rl/tiny/cispo_repo/summary.json").read_text())
+    summary = json.loads((work / "results/smoke/rl/tiny/cispo_repo/summary.json").read_text())
     assert summary["resumed_from"] == "checkpoint-000002"
     assert not wdir.exists()
     # the same killed run's work folder, met by another recipe: discarded, loudly

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import alphagym.probe.stage as probe_stage
+from alphagym.artifacts import write_manifest
 from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.generate import generate, write_briefs
 from alphagym.config import load_params
@@ -75,7 +76,7 @@ def ladder(tmp_path_factory, sim_panels):
             for name, p in pol.model.named_parameters():
                 if "lora_B" in name:
                     p.add_(0.02 * torch.randn_like(p))
-        pol.save(Path(deps["checkpoints"]) / f"checkpoint-{step:06d}", {"step": step})
+        write_manifest(pol.save(Path(deps["checkpoints"]) / f"checkpoint-{step:06d}", {"step": step}))
     return params, table
 
 
@@ -161,7 +162,7 @@ def test_an_incomplete_checkpoint_is_refused_by_name(tmp_path):
     good, bad = tmp_path / "checkpoint-000100", tmp_path / "checkpoint-000200"
     for p in (good, bad):
         p.mkdir()
-        for f in ("adapter_config.json", "adapter_model.safetensors", "alphagym_policy.json"):
+        for f in ("adapter_config.json", "adapter_model.safetensors", "alphagym_policy.json", "manifest.json"):
             (p / f).write_text("{}")
     (bad / "adapter_model.safetensors").unlink()
     with pytest.raises(PolicyError, match="checkpoint-000200 is an incomplete checkpoint: adapter_model"):

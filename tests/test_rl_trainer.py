@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from alphagym.config import load_params
-from alphagym.errors import ConfigError, PolicyError
+from alphagym.artifacts import write_manifest
+from alphagym.errors import ArtifactError, ConfigError, PolicyError, ResumeError
 from alphagym.policy.model import Policy, build_policy, wrap_adapter
 from alphagym.policy.sft import train_sft
 from alphagym.rl.env import Scored
@@ -142,10 +143,13 @@ def test_checkpoint_of_another_base_model_is_refused(sft_state, tmp_path):
     ckpt = latest_checkpoint(tmp_path)
     meta = json.loads((ckpt / "alphagym_policy.json").read_text())
     (ckpt / "alphagym_policy.json").write_text(json.dumps({**meta, "base": "0123456789abcdef"}))
-    with pytest.raises(PolicyError, match="another base model"):
+    with pytest.raises(ArtifactError, match="differs from its manifest"):    # changed after it was written
+        Trainer(_fresh(sft_state), VolumeEnv(), BRIEFS, _recipe(steps=1), seed=0).load_checkpoint(ckpt)
+    write_manifest(ckpt)                                                    # as if written so
+    with pytest.raises(ResumeError, match="another base model"):
         Trainer(_fresh(sft_state), VolumeEnv(), BRIEFS, _recipe(steps=1), seed=0).load_checkpoint(ckpt)
     (ckpt / "trainer_state.pt").unlink()
-    with pytest.raises(PolicyError, match="not a complete RL checkpoint"):
+    with pytest.raises(ArtifactError, match="incomplete RL checkpoint: trainer_state.pt missing"):
         tr.load_checkpoint(ckpt)
 
 

@@ -43,5 +43,5 @@ def test_the_smoke_dag_runs_on_a_one_node_slurm_cluster(root, tmp_path):
     assert len(submitted) >= 10, log[-4000:]        # one cluster job per stage, not a local run
     logs = list((work / ".snakemake" / "slurm_logs").rglob("*.log"))
     assert logs, "no SLURM job logs kept"
-    assert (work / "results/report/tiny/report.md").is_file()
+    assert (work / "results/smoke/report/tiny/report.md").is_file()
     (tmp_path / "slurm_run.log").write_text(log)

@@ -141,7 +141,9 @@ def cmd_gates(args: argparse.Namespace) -> int:
     path = Path(args.report) if args.report else stage_table(_params(args))["world_model"].paths("outs")["gates"]
     if not path.is_file():
         raise AlphagymError(f"no gate report at {path}: run `alphagym world-model` first")
-    print(gates_markdown(json.loads(path.read_text())))
+    from alphagym.artifacts import read_json
+
+    print(gates_markdown(read_json(path, what="gate report")))
     return 0
 
 

@@ -133,7 +133,7 @@ def load_params(path: str | Path = DEFAULT_PARAMS, overrides: Iterable[str] = ()
         raise ConfigError(f"{path}: profile {name!r} not defined (known: {sorted(profiles)})")
     base = params
     if name not in ("default", None):
-        params = deep_merge(params, profiles[name])
+        params = _own_results(deep_merge(params, profiles[name]), profiles[name], name)
         params = apply_overrides(params, overrides, source=str(path))
     params["profile"] = name or "default"
     out = validate(params, str(path) if name in ("default", None) else f"{path} (profile {name!r})")
@@ -141,6 +141,16 @@ def load_params(path: str | Path = DEFAULT_PARAMS, overrides: Iterable[str] = ()
         if other != name:
             validate({**deep_merge(base, block), "profile": other}, f"{path} (profile {other!r})")
     return out
+
+
+def _own_results(params: dict[str, Any], block: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """A profile writes under its own results folder: `paths.results` of the profile's block, else
+    `<paths.results>/<profile>`. So one profile's run never replaces another's outputs, and no stage or
+    command meets one profile's artifacts next to another's (a `--set paths.results=...` still wins)."""
+    paths = params.get("paths")
+    if isinstance(paths, dict) and "results" in paths and "results" not in (block.get("paths") or {}):
+        paths["results"] = f"{paths['results']}/{name}"
+    return params
 
 
 def to_builtin(v: Any) -> Any:

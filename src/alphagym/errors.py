@@ -21,6 +21,14 @@ class DataError(AlphagymError):
         super().__init__(f"[{rule}] {detail}" + (f" ({where})" if where else ""))
 
 
+class ArtifactError(DataError):
+    """A stored artifact (a stage's output, a checkpoint's file) is missing, truncated, garbled or lacks what
+    its reader needs. Names the file and what is wrong (`alphagym.artifacts` raises it)."""
+
+    def __init__(self, file: object, detail: str, *, rule: str = "bad_artifact") -> None:
+        super().__init__(rule, detail, file=str(file))
+
+
 class SourceUnavailableError(AlphagymError):
     """A data source cannot be reached (no network, no folder); names the alternatives."""
 
@@ -37,3 +45,12 @@ class BriefError(AlphagymError):
 
 class PolicyError(AlphagymError):
     """A policy cannot be built, loaded or run (a corrupted checkpoint, a missing backend, no GPU)."""
+
+
+class ResumeError(PolicyError):
+    """A rung's saved training state cannot be continued under the current recipe (another recipe, seed or
+    base model, or more steps done than the recipe asks for); names both values and how to start afresh."""
+
+
+class StageBusyError(AlphagymError):
+    """Another process is running the same stage on the same results folder; names its pid."""

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from alphagym.artifacts import read_parquet, write_parquet
 from alphagym.errors import DataError
 
 # The one list of fields. PRICE_FIELDS come from the source; DSL_FIELDS are what a formula may read;
@@ -84,18 +85,14 @@ class Panel:
                    df["in_holdout"].to_numpy(dtype=bool).reshape(t, n)[:, 0].copy())
 
     def write_parquet(self, path: str | Path) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        self.to_long().to_parquet(tmp, index=False, compression="zstd")
-        tmp.replace(path)    # atomic: a crash never leaves a half-written panel
+        write_parquet(self.to_long(), path)    # atomic: a crash never leaves a half-written panel
 
     @classmethod
     def read_parquet(cls, path: str | Path) -> Panel:
         path = Path(path)
         if not path.is_file():
             raise DataError("missing_file", "panel file not found; run `alphagym panel` first", file=str(path))
-        return cls.from_long(pd.read_parquet(path), source=str(path))
+        return cls.from_long(read_parquet(path, what="panel"), source=str(path))
 
     @classmethod
     def read_parquet_cached(cls, path: str | Path, cache_dir: str | Path) -> Panel:

@@ -10,19 +10,28 @@ staging folder of its own (unique per run, inside the results folder), and its o
 paths of the stage table only once the function has returned and every declared output exists.
 A stage with a `work` folder (RL rungs) keeps its resumable state there across runs; it is handed to the
 stage among its outputs, is not removed here, and the stage empties it once it has finished.
+
+One stage runs once at a time on one results folder: `run_stage` holds an advisory lock per stage key
+(`<results>/.locks/<key>.lock`, released by the kernel when the process dies), and a second run of the same
+stage stops with a `StageBusyError` naming the holder's pid. Snakemake locks its whole working directory the
+same way; this lock also covers the CLI (`alphagym train --rung X` twice). Staging folders left by a killed
+run (SIGKILL, power loss) are removed by the next run of any stage: a folder whose stage's lock is free has
+no living owner.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from alphagym.config import ParamsView, get, results_dir
-from alphagym.errors import ConfigError, DataError
+from alphagym.errors import ConfigError, DataError, StageBusyError
 from alphagym.pipeline import Stage, stage_table
 from alphagym.tracking import stage_run
 
@@ -49,11 +58,19 @@ def run_stage(params: Mapping[str, Any], key: str, rows: list[Stage] | None = No
         if not Path(path).exists():
             hint = f"; run `alphagym {producer[path].command}` first" if path in producer else ""
             raise DataError("missing_input", f"stage {key!r} needs its input {role!r}, not found{hint}", file=path)
+    root = results_dir(params)
+    with stage_lock(root, key):
+        return _run_locked(params, key, stage, root, reads)
+
+
+def _run_locked(params: Mapping[str, Any], key: str, stage: Stage, root: Path, reads: set[str] | None
+                ) -> dict[str, Any]:
     for path in stage.outs.values():
         _remove(Path(path))
-    staging_root = results_dir(params) / ".staging"
+    staging_root = root / ".staging"
     staging_root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f"{key.replace('@', '_')}-", dir=staging_root))
+    sweep_staging(root, held=_safe(key))
+    staging = Path(tempfile.mkdtemp(prefix=f"{_safe(key)}.", dir=staging_root))
     staged = {role: staging / role / Path(p).name for role, p in stage.outs.items()}
     for role, p in staged.items():
         (p if role in stage.directories else p.parent).mkdir(parents=True)
@@ -77,6 +94,68 @@ def run_stage(params: Mapping[str, Any], key: str, rows: list[Stage] | None = No
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return {**summary, "outputs": dict(stage.outs)}
+
+
+def _safe(key: str) -> str:
+    """A stage key as a file name (`train@cispo_repo-s1` -> `train_cispo_repo-s1`)."""
+    return key.replace("@", "_").replace("/", "_")
+
+
+def _lock(root: Path, name: str) -> Any:
+    from filelock import FileLock
+
+    locks = root / ".locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(locks / f"{name}.lock"))
+
+
+@contextlib.contextmanager
+def stage_lock(root: Path, key: str, wait_s: float = 5.0) -> Iterator[None]:
+    """Hold the stage's lock for the results folder `root`, or raise StageBusyError naming the pid that holds
+    it. `wait_s` covers the moment another process's `sweep_staging` holds it to look (milliseconds)."""
+    from filelock import Timeout
+
+    name = _safe(key)
+    lock, pid_file = _lock(root, name), root / ".locks" / f"{name}.pid"
+    try:
+        lock.acquire(timeout=wait_s)
+    except Timeout:
+        holder = pid_file.read_text().strip() if pid_file.is_file() else "unknown"
+        raise StageBusyError(f"stage {key!r} is already running on the results folder {root} (pid {holder}); "
+                             "wait for it to end, or stop it, before running it again") from None
+    try:
+        pid_file.write_text(f"{os.getpid()}\n")
+        yield
+    finally:
+        lock.release()
+
+
+def sweep_staging(root: Path, held: str | None = None) -> list[Path]:
+    """Remove the staging folders under `root/.staging` whose stage is not running (its lock is free): what
+    a killed run left. `held`: the stage whose lock this process holds (all its staging folders are dead
+    before it makes its own). Returns what it removed."""
+    from filelock import Timeout
+
+    staging_root = root / ".staging"
+    dead = []
+    for folder in sorted(staging_root.glob("*.*")) if staging_root.is_dir() else []:
+        name = folder.name.rsplit(".", 1)[0]
+        if name == held:
+            dead.append(folder)
+            continue
+        lock = _lock(root, name)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            continue                      # its stage is running: the folder may be that run's
+        try:
+            if folder.is_dir():
+                dead.append(folder)
+        finally:
+            lock.release()
+    for folder in dead:
+        shutil.rmtree(folder, ignore_errors=True)
+    return dead
 
 
 def _remove(path: Path) -> None:

@@ -16,18 +16,27 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from alphagym.artifacts import read_json, read_parquet, write_parquet
 from alphagym.books.metrics import book_metrics, capped_selection
-from alphagym.errors import DataError
+from alphagym.errors import ArtifactError, DataError
 from alphagym.panel import Panel
 from alphagym.tracking import StageRun
 from alphagym.verifier.verifier import Verifier
 
+# what the books read of the probe's answers
+ANSWER_COLUMNS = ("step", "valid", "formula", "canonical", "brief")
+
 
 def books(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun, item: str) -> dict[str, Any]:
     cfg = params["books"]
-    probe = json.loads(deps["probe"].read_text())
-    step = int(probe["shipped_step"])
-    answers = pd.read_parquet(deps["answers"])
+    probe = read_json(deps["probe"], keys=("shipped_step", "checkpoints"), what="probe summary")
+    answers = read_parquet(deps["answers"], columns=ANSWER_COLUMNS, what="probe answers")
+    step = probe["shipped_step"]
+    if not isinstance(step, int) or step not in probe["checkpoints"] or step not in set(answers["step"]):
+        raise ArtifactError(deps["probe"], f"the shipped step {step!r} is not among the probe's checkpoints "
+                                           f"{probe['checkpoints']} and answers (steps {sorted(set(answers['step']))} "
+                                           f"in {deps['answers']}): the probe's outputs disagree; rerun "
+                                           f"`alphagym probe --rung {item}`")
     valid = answers[(answers["step"] == step) & answers["valid"]]
     # every valid answer counts in the equal-weight book (as the seed gym reports it); a formula written n
     # times is scored once and weighted n times
@@ -69,7 +78,7 @@ def books(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageR
     if len(daily) != len(market):
         raise DataError("holdout_rows", f"holdout dates ({len(daily)}) and P&L rows ({len(market)}) disagree",
                         file=str(deps["holdout"]))
-    daily.to_parquet(outs["daily"], index=False)
+    write_parquet(daily, outs["daily"])
     outs["books"].write_text(json.dumps(out, indent=1, default=float))
     for name in ("equal_weight", "capped"):
         if out.get(name):

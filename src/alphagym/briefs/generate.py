@@ -120,8 +120,12 @@ def read_briefs(path: Path, catalogue: Catalogue | None = None) -> list[dict[str
     path = Path(path)
     if not path.is_file():
         raise BriefError("brief file not found (run `alphagym briefs`)", file=str(path))
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BriefError(f"not UTF-8 text (garbled?): {exc}", file=str(path)) from None
     out = []
-    for i, line in enumerate(path.read_text().splitlines(), 1):
+    for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from alphagym.artifacts import write_parquet
 from alphagym.data.csv_source import read_csv_folder
 from alphagym.data.simulator import simulate_market
 from alphagym.errors import ConfigError
@@ -50,7 +51,7 @@ def write_raw(paths: dict[str, Path], source: str, prices: pd.DataFrame, sectors
     meta = {"source": source, "tickers": sorted(sectors), "sectors": sectors,
             "rows": int(len(prices))}
     outputs = {
-        "prices": lambda p: prices.to_parquet(p, index=False, compression="zstd"),
+        "prices": lambda p: write_parquet(prices, p),
         "meta": lambda p: p.write_text(json.dumps(meta, indent=1, sort_keys=True)),
         "truth": lambda p: p.write_text(json.dumps(truth, indent=1, sort_keys=True, default=float)),
     }

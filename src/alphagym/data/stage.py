@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
+from alphagym.artifacts import read_json, read_parquet
 from alphagym.data.build_panel import build_panel
 from alphagym.data.sources import load_source, write_raw
 from alphagym.data.stylized import stylized_facts
@@ -25,8 +24,8 @@ def download(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: Sta
 
 
 def panel(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:
-    meta = json.loads(deps["meta"].read_text())
-    prices = pd.read_parquet(deps["prices"])
+    meta = read_json(deps["meta"], keys=("sectors",), what="raw prices' meta")
+    prices = read_parquet(deps["prices"], what="raw prices")
     train, holdout, repairs = build_panel(prices, meta["sectors"], params)
     train.write_parquet(outs["train"])
     holdout.write_parquet(outs["holdout"])

@@ -12,6 +12,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from alphagym.artifacts import read_json, read_parquet, write_parquet
 from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.generate import families, read_briefs
 from alphagym.dsl.parser import Limits
@@ -37,9 +38,13 @@ def _verifier(params: Any, train_path: Path) -> Verifier:
     return Verifier(Panel.read_parquet(train_path), params)
 
 
+# what `sft` reads of the corpus
+CORPUS_COLUMNS = ("brief", "answer", "formula")
+
+
 def corpus(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:
     cat = load_catalogue()
-    held = set(json.loads(deps["briefs_summary"].read_text())["holdout_families"])
+    held = set(read_json(deps["briefs_summary"], keys=("holdout_families",), what="briefs summary")["holdout_families"])
     verifier = _verifier(params, deps["train"])
     limits = Limits.from_params(params["dsl"]["limits"])
     df, counts = build_corpus(lambda f: verifier.score(f), cat, set(families(cat)) - held, params["sft"]["corpus"],
@@ -48,7 +53,7 @@ def corpus(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: Stage
                               progress=lambda it: tqdm(it, desc="corpus", unit="formula", mininterval=2))
     leak = sorted(set(df["family"]) & held)
     assert not leak, f"corpus pairs from held-out families {leak}"
-    df.to_parquet(outs["corpus"], index=False)
+    write_parquet(df, outs["corpus"])
     summary = {**counts, "distinct_canonical": int(df["canonical"].nunique()), "families": int(df["family"].nunique()),
                "cpcv_positive_share": float((df["cpcv"] > 0).mean()) if len(df) else 0.0}
     outs["summary"].write_text(json.dumps(summary, indent=1))
@@ -60,7 +65,7 @@ def corpus(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: Stage
 def sft(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun, item: str) -> dict[str, Any]:
     seed, cat = int(params["seed"]), load_catalogue()
     pcfg, scfg = params["policy"], params["sft"][item]
-    pairs = pd.read_parquet(deps["corpus"])
+    pairs = read_parquet(deps["corpus"], columns=CORPUS_COLUMNS, what="SFT corpus")
     corpus_pairs = len(pairs)
     if scfg["max_formula_chars"]:
         pairs = pairs[pairs["formula"].str.len() <= int(scfg["max_formula_chars"])].reset_index(drop=True)
@@ -111,7 +116,7 @@ def sft(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun
     report["final_eval_loss"] = next((r["eval_loss"] for r in reversed(curve) if "eval_loss" in r), None)
     report["sft_seconds"] = float(sum(r["step_time"] for r in curve))
     policy.save(outs["policy"])                 # an `hf` policy writes its base folder into the save
-    pd.DataFrame(rows).to_parquet(outs["answers"], index=False)
+    write_parquet(pd.DataFrame(rows), outs["answers"])
     outs["report"].write_text(json.dumps(report, indent=1, default=float))
     from alphagym.policy.plots import sft_figure
 
@@ -207,7 +212,7 @@ def filter_briefs(params: Any, deps: dict[str, Path], outs: dict[str, Path], run
     from alphagym.briefs.generate import write_briefs
 
     write_briefs(outs["kept"], kept)
-    table.to_parquet(outs["table"], index=False)
+    write_parquet(table, outs["table"])
     hist = {int(k): int(v) for k, v in table["solved"].value_counts().sort_index().items()}
     report = {"briefs": len(briefs), "kept": len(kept), "rule": rule, "solve_histogram": hist,
               "samples": n, **answer_stats(groups)}

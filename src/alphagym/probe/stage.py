@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 from tqdm.auto import tqdm
 
+from alphagym.artifacts import write_parquet
 from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.generate import read_briefs
 from alphagym.panel import Panel
@@ -55,8 +56,8 @@ def probe(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageR
     table = train.merge(holdout_table(answers, books, market), on="step")
     table["shipped"] = table["step"] == shipped
 
-    answers.to_parquet(outs["answers"], index=False)
-    table.to_parquet(outs["table"], index=False)
+    write_parquet(answers, outs["answers"])
+    write_parquet(table, outs["table"])
     for r in table.to_dict("records"):
         run.log_metrics({f"probe/{k}": float(v) for k, v in r.items() if k not in ("step", "shipped")},
                         step=int(r["step"]))

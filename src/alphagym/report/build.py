@@ -5,7 +5,6 @@ stage reads files and writes outputs.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -14,6 +13,8 @@ from typing import Any
 
 import pandas as pd
 
+from alphagym.artifacts import read_json, read_jsonl, read_parquet
+from alphagym.errors import ArtifactError
 from alphagym.pipeline import split_replica
 
 ROLES = ("log", "train", "checkpoints", "answers", "table", "probe", "books", "daily")
@@ -48,14 +49,20 @@ def load_rung(item: str, files: Mapping[str, Path], rungs: Mapping[str, Any]) ->
     res.missing = [f"{role}: {files[role]}" for role in ROLES if not Path(files[role]).exists()]
     if res.missing:
         return res
-    res.log = [json.loads(line) for line in Path(files["log"]).read_text().splitlines() if line.strip()]
-    res.train = json.loads(Path(files["train"]).read_text())
-    res.table = pd.read_parquet(files["table"])
-    res.answers = pd.read_parquet(files["answers"])
-    res.probe = json.loads(Path(files["probe"]).read_text())
-    res.books = json.loads(Path(files["books"]).read_text())
-    res.daily = pd.read_parquet(files["daily"])
+    res.log = read_jsonl(files["log"], keys=("step",), what="training log")
+    res.train = read_json(files["train"], keys=("steps",), what="training summary")
+    res.table = read_parquet(files["table"], columns=("step", "shipped"), what="probe checkpoint table")
+    res.answers = read_parquet(files["answers"], columns=("step", "valid", "formula"), what="probe answers")
+    res.probe = read_json(files["probe"], keys=("shipped_step",), what="probe summary")
+    res.books = read_json(files["books"], keys=("shipped_step",), what="books")
+    res.daily = read_parquet(files["daily"], columns=("date", "market"), what="daily book returns")
     res.checkpoints = Path(files["checkpoints"])
+    shipped = res.probe["shipped_step"]
+    if shipped not in set(res.table["step"]) or res.books.get("shipped_step") != shipped:
+        raise ArtifactError(files["probe"], f"rung {item}: the shipped step {shipped!r} is not among the probe's "
+                                            f"checkpoints {sorted(res.table['step'])} in {files['table']}, or the "
+                                            f"books ({files['books']}) are of step {res.books.get('shipped_step')!r}; "
+                                            f"rerun the rung's probe and books")
     return res
 
 

@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from alphagym.artifacts import read_json, write_parquet
 from alphagym.briefs.generate import read_briefs
 from alphagym.errors import DataError
 from alphagym.params import Rl
@@ -63,7 +64,7 @@ def report(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: Stage
                  fig / "growth.png")
     plots.book_vs_market(ship.daily, float(ew.get("beta", 0.0)), f"{ship.item}: daily book vs market",
                          fig / "book_vs_market.png")
-    pairs(results, briefs).to_parquet(outs["pairs"], index=False)
+    write_parquet(pairs(results, briefs), outs["pairs"])
     _ship_adapter(ship, rl, outs["adapter"])
     best_holdout = max(ok, key=lambda r: _f(r.probe["shipped"]["holdout_score"]))
     targets = _targets(ship, best_holdout)
@@ -213,7 +214,7 @@ def _export(params: Any, deps: dict[str, Path], results: list[RungResult], rows:
                     "definitions": {c: (f.__doc__ or "").strip() if f else "computed in the verifier"
                                     for c, f in channel_docs.items()}},
         "world_model": {"config": dict(params["worldmodel"]), "jepa_stress": dict(params["verifier"]["jepa_stress"]),
-                        "gates": json.loads(deps["gates"].read_text())},
+                        "gates": read_json(deps["gates"], what="world-model gate report")},
         "ladder": rows, "seeds": spread, "shipped": {"rung": ship.item, "step": ship.probe["shipped_step"]},
         "rungs": {r.item: {"ok": r.ok, "missing": r.missing, "parent": r.parent, "change": r.change,
                            "train_summary": r.train, "log": r.log,

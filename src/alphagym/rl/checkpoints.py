@@ -9,7 +9,6 @@ SFT policy itself: a fresh LoRA or DoRA adapter is the identity, so the untraine
 from __future__ import annotations
 
 import copy
-import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,15 +16,18 @@ from typing import Any
 
 import numba
 import torch
+from safetensors import SafetensorError
 
-from alphagym.errors import PolicyError
+from alphagym.artifacts import MANIFEST, read_json, verify_manifest
+from alphagym.errors import ArtifactError, PolicyError
 from alphagym.params import apply_rung
 from alphagym.pipeline import split_replica
 from alphagym.policy.model import META, Policy, base_fingerprint, load_policy, set_decoding
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d{6})$")
-# what `Trainer.save_checkpoint` writes; a folder without one of these is incomplete
-REQUIRED = ("adapter_config.json", "adapter_model.safetensors", META)
+# what a checkpoint the probe reads must hold (`Trainer.save_checkpoint` writes these and more); a folder
+# without one of them is incomplete
+REQUIRED = ("adapter_config.json", "adapter_model.safetensors", META, MANIFEST)
 
 
 def rung_recipe(params: Any, item: str) -> tuple[str, int, dict[str, Any]]:
@@ -77,7 +79,11 @@ def at_checkpoint(base: Policy, checkpoint: Path | None) -> Policy:
     """A copy of `base` with the checkpoint's adapter on it (`None`: the base itself, step 0)."""
     if checkpoint is None:
         return base
-    meta = json.loads((checkpoint / META).read_text())
+    try:
+        verify_manifest(checkpoint, what=f"checkpoint {checkpoint.name}")
+        meta = read_json(checkpoint / META, keys=("base",), what="checkpoint metadata")
+    except ArtifactError as exc:
+        raise PolicyError(f"checkpoint {checkpoint} cannot be used: {exc}") from None
     if meta.get("base") != base_fingerprint(base.model):
         raise PolicyError(f"{checkpoint} holds an adapter for another base model (fingerprint {meta.get('base')}, "
                           f"the SFT policy's {base_fingerprint(base.model)})")
@@ -85,8 +91,8 @@ def at_checkpoint(base: Policy, checkpoint: Path | None) -> Policy:
 
     try:
         model = PeftModel.from_pretrained(copy.deepcopy(base.model), checkpoint)
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        raise PolicyError(f"cannot load the adapter in {checkpoint}: {type(exc).__name__}: {exc}") from exc
+    except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as exc:
+        raise PolicyError(f"cannot load the adapter in {checkpoint}: {type(exc).__name__}: {exc}") from None
     model.eval()
     return Policy(model, base.tokenizer, base.backend, base.max_new_tokens, base.system_prompt, base.micro_batch,
                   base.grammar, base_model=base.base_model)

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from alphagym.briefs.catalogue import Catalogue
 from alphagym.briefs.compliance import BriefChecker
-from alphagym.errors import PolicyError
+from alphagym.errors import ArtifactError
 from alphagym.verifier.archive import NoveltyArchive
 from alphagym.verifier.verifier import ScoreCard, Verifier
 
@@ -72,7 +72,11 @@ class VerifierEnv:
         self.verifier.archive.save(folder / "archive.npz")
 
     def load(self, folder: Path) -> None:
+        """The checkpoint's archive (an ArtifactError names a missing, cut or garbled file), replacing the
+        current one only once it has been read whole and fits this verifier's panel."""
         path = folder / "archive.npz"
-        if not path.is_file():
-            raise PolicyError(f"{folder} has no archive.npz: not a checkpoint of a verifier run")
-        self.verifier.archive = NoveltyArchive.load(path)
+        archive = NoveltyArchive.load(path)
+        if archive.length != self.verifier.archive.length:
+            raise ArtifactError(path, f"the archive holds P&L of length {archive.length}, this run's train panel "
+                                      f"gives {self.verifier.archive.length}")
+        self.verifier.archive = archive

@@ -2,9 +2,12 @@
 
 Starts from the SFT policy of `rl.policy`, wraps the rung's adapter, and trains with the rung's recipe
 (`rl.recipe` with the rung's `set`) on the train-window verifier (R3 on when the world model kept worlds).
-Checkpoints go to the rung's work folder as they are written, so a killed run resumes from its last one
-(same recipe, seed and base model; anything else is discarded with a message, never silently reused). At
-the end the checkpoints move to the declared output folder.
+Checkpoints go to the rung's work folder as they are written, so a killed run resumes from its newest usable
+one: a checkpoint cut short or garbled is skipped (and removed) for the one before it, with a message; one of
+another recipe, seed, base model, params or inputs, or past the recipe's `steps`, stops the run with a
+`ResumeError` that says how to start afresh, never silently reused or thrown away. The stage runner holds a
+lock on the rung while it trains, so two trainings of one rung cannot share its work folder. At the end the
+checkpoints move to the declared output folder.
 """
 
 from __future__ import annotations
@@ -17,16 +20,17 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from alphagym.artifacts import digest
 from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.generate import read_briefs
-from alphagym.errors import PolicyError
+from alphagym.config import to_builtin
 from alphagym.panel import Panel
 from alphagym.pipeline import split_replica
 from alphagym.policy.model import disable_dropout, wrap_adapter
 from alphagym.rl.checkpoints import rung_recipe, set_threads, sft_base
 from alphagym.rl.env import VerifierEnv
 from alphagym.rl.plots import curves_figure
-from alphagym.rl.trainer import Trainer, latest_checkpoint
+from alphagym.rl.trainer import Trainer
 from alphagym.tracking import StageRun
 from alphagym.verifier.archive import NoveltyArchive
 from alphagym.verifier.loading import load_kept_worlds
@@ -53,7 +57,17 @@ def build_trainer(params: Any, deps: dict[str, Path], item: str, work: Path | No
                         stress_worlds=worlds)
     env = VerifierEnv(verifier, cat, float(params["briefs"]["horizon_tolerance"]), cache=int(recipe["score_cache"]))
     briefs = read_briefs(deps["briefs_filtered" if recipe["briefs"] == "filtered" else "briefs_train"], cat)
-    return Trainer(policy, env, briefs, recipe, seed, work, log)
+    return Trainer(policy, env, briefs, recipe, seed, work, log, context=run_context(params, deps))
+
+
+def run_context(params: Any, deps: dict[str, Path]) -> dict[str, Any]:
+    """What a checkpoint must have been trained on, besides its recipe and seed, to be continued: the stage's
+    other params (the verifier's costs, CPCV, ...) and the sha256 of every input (the panel, the archive, the
+    worlds, the briefs, the SFT policy). A rerun after any of them changed starts afresh or stops, never
+    continues another run's work (`Trainer.read_checkpoint`)."""
+    others = {k: v for k, v in to_builtin(params).items() if k not in ("seed", "rl")}
+    others["rl"] = {k: v for k, v in to_builtin(params["rl"]).items() if k not in ("recipe", "rungs")}
+    return {"params": others, "inputs": {role: digest(path) for role, path in sorted(deps.items())}}
 
 
 def train(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun, item: str) -> dict[str, Any]:
@@ -71,17 +85,12 @@ def train(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageR
             f.write(json.dumps({"step": step, **metrics}, sort_keys=True) + "\n")
 
     trainer = build_trainer(params, deps, item, work, log)
-    last = latest_checkpoint(work)
-    resumed_from = None
+    last, skipped = trainer.resume()
+    for folder, why in skipped:
+        print(f"rung {item}: skipped and removed the unusable checkpoint {folder}: {why}")
+    resumed_from = None if last is None else last.name
     if last is not None:
-        try:
-            trainer.load_checkpoint(last)
-            resumed_from = last.name
-            print(f"rung {item}: resuming from {last}")
-        except PolicyError as exc:
-            print(f"rung {item}: discarding the work folder {work}: {exc}")
-            shutil.rmtree(work)
-            work.mkdir(parents=True)
+        print(f"rung {item}: resuming from {last}")
     # the log holds exactly the steps of the state we start from
     log_path.write_text("".join(json.dumps({k: v for k, v in h.items()}, sort_keys=True) + "\n"
                                 for h in trainer.history))

@@ -34,8 +34,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from alphagym.artifacts import MANIFEST, read_json, read_safetensors, read_torch, verify_manifest, write_manifest
 from alphagym.config import to_builtin
-from alphagym.errors import PolicyError
+from alphagym.errors import ArtifactError, PolicyError, ResumeError
 from alphagym.policy.grammar import rejected_share, steered_share
 from alphagym.policy.model import META, Policy, base_fingerprint
 from alphagym.rl.advantages import group_advantages
@@ -45,6 +46,8 @@ from alphagym.rl.losses import policy_loss, repo_r, top_entropy_mask
 from alphagym.verifier.verifier import EVALUATOR_ERROR
 
 STATE = "trainer_state.pt"
+# what `Trainer.save_checkpoint` writes besides the manifest (the environment adds its own files)
+CHECKPOINT_FILES = ("adapter_config.json", "adapter_model.safetensors", META, STATE)
 
 
 def step_seed(seed: int, step: int, stream: int) -> int:
@@ -52,14 +55,17 @@ def step_seed(seed: int, step: int, stream: int) -> int:
     return int(np.random.SeedSequence([seed, step, stream]).generate_state(1)[0] & 0x7FFFFFFF)
 
 
-# recipe keys that do not change what a step computes: a run may resume under other values (train longer)
+# recipe keys that do not change what a step computes: a run may resume under other values (a longer run, other
+# checkpoint spacing, another cache size); `steps` only upwards (`Trainer.read_checkpoint`)
 RESUMABLE_KEYS = ("steps", "checkpoint_every", "score_cache")
 
 
-def config_hash(recipe: Mapping[str, Any], seed: int, base: str) -> str:
-    """What a checkpoint must match to be resumed: the recipe (but RESUMABLE_KEYS), the seed, the base model."""
+def config_hash(recipe: Mapping[str, Any], seed: int, base: str, context: Mapping[str, Any] | None = None) -> str:
+    """What a checkpoint must match to be resumed: the recipe (but RESUMABLE_KEYS), the seed, the base model,
+    and the run's context (the stage's other params and its inputs' digests, `rl/stage.py`)."""
     kept = {k: v for k, v in to_builtin(recipe).items() if k not in RESUMABLE_KEYS}
-    text = json.dumps({"recipe": kept, "seed": seed, "base": base}, sort_keys=True)
+    extra = {"context": to_builtin(context)} if context else {}
+    text = json.dumps({"recipe": kept, "seed": seed, "base": base, **extra}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -67,7 +73,7 @@ class Trainer:
     def __init__(self, policy: Policy, env: Environment, briefs: Sequence[Mapping[str, Any]],
                  recipe: Mapping[str, Any], seed: int, work: Path | None = None,
                  log: Callable[[dict[str, float], int], None] = lambda m, s: None,
-                 sync: Callable[[int], None] = lambda step: None) -> None:
+                 sync: Callable[[int], None] = lambda step: None, context: Mapping[str, Any] | None = None) -> None:
         if not policy.has_adapter:
             raise PolicyError("the RL trainer trains an adapter (LoRA/DoRA) on the SFT policy; this policy has none")
         if not briefs:
@@ -85,7 +91,8 @@ class Trainer:
         self.floor = None if floor == "off" else float(floor)
         self.step = 0
         self.history: list[dict[str, float]] = []
-        self.hash = config_hash(recipe, self.seed, base_fingerprint(policy.model))
+        self.context = to_builtin(context) if context else {}
+        self.hash = config_hash(recipe, self.seed, base_fingerprint(policy.model), self.context)
 
     # --- 1-2. sample and score ----------------------------------------------------------------------------
     def _draw(self, step: int, n: int, stream: int) -> list[Mapping[str, Any]]:
@@ -255,45 +262,112 @@ class Trainer:
 
     # --- checkpoints ----------------------------------------------------------------------------------------------
     def save_checkpoint(self, path: Path) -> Path:
-        """Adapter (Hugging Face / peft folder), optimizer, controllers, archive and the log so far; written
-        to a temporary folder and renamed, so a kill mid-write leaves no half checkpoint."""
+        """Adapter (Hugging Face / peft folder), optimizer, controllers, archive, the log so far and the recipe
+        it was trained under, then a manifest of the files' sha256; written to a temporary folder and renamed,
+        so a kill mid-write leaves no half checkpoint, and a file changed on disk later is caught on load."""
         tmp = path.with_name(path.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         self.policy.save(tmp, {"step": self.step, "config_hash": self.hash})
         torch.save({"step": self.step, "optimizer": self.opt.state_dict(), "zeta": self.zeta.state(),
-                    "clip_high": self.clip_high.state(), "config_hash": self.hash, "history": self.history},
-                   tmp / STATE)
+                    "clip_high": self.clip_high.state(), "config_hash": self.hash, "history": self.history,
+                    "recipe": to_builtin(self.cfg), "seed": self.seed, "context": self.context}, tmp / STATE)
         self.env.save(tmp)
+        write_manifest(tmp)
         shutil.rmtree(path, ignore_errors=True)
         tmp.replace(path)
         return path
 
-    def load_checkpoint(self, path: Path) -> None:
-        """Continue from a checkpoint of the same recipe, seed and base model; anything else is an error
-        naming the folder."""
-        meta_path, state_path = path / META, path / STATE
-        if not meta_path.is_file() or not state_path.is_file():
-            raise PolicyError(f"{path} is not a complete RL checkpoint (needs {META} and {STATE})")
-        meta = json.loads(meta_path.read_text())
-        if meta.get("base") != base_fingerprint(self.policy.model):
-            raise PolicyError(f"{path} holds an adapter for another base model (fingerprint {meta.get('base')}, "
-                              f"this policy's base {base_fingerprint(self.policy.model)})")
-        state = torch.load(state_path, weights_only=False)
+    def read_checkpoint(self, path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        """(trainer state, adapter weights) of a checkpoint this run may continue, read without changing the
+        trainer. A file missing, cut short or garbled is an ArtifactError naming it; a checkpoint of another
+        base model, recipe or seed, or one past this recipe's `steps`, is a ResumeError naming both values."""
+        path = Path(path)
+        missing = [f for f in (*CHECKPOINT_FILES, MANIFEST) if not (path / f).is_file()]
+        if missing:
+            raise ArtifactError(path, f"incomplete RL checkpoint: {', '.join(missing)} missing", rule="missing_file")
+        verify_manifest(path, what=f"RL checkpoint {path.name}")
+        meta = read_json(path / META, keys=("base",), what="checkpoint metadata")
+        state = read_torch(path / STATE, keys=("step", "optimizer", "zeta", "clip_high", "config_hash", "history"),
+                           what="trainer state")
+        afresh = (f"to start afresh, remove the work folder {path.parent}" if self.work is not None
+                  else "start from another folder")
+        base = base_fingerprint(self.policy.model)
+        if meta["base"] != base:
+            raise ResumeError(f"{path} holds an adapter for another base model (fingerprint {meta['base']}, "
+                              f"this policy's base {base}); {afresh}")
         if state["config_hash"] != self.hash:
-            raise PolicyError(f"{path} was written by another recipe or seed (config {state['config_hash']}, "
-                              f"this run {self.hash})")
-        from peft import set_peft_model_state_dict
-        from safetensors.torch import load_file
+            raise ResumeError(f"{path} was written by another recipe or seed: {self._differences(state)}; "
+                              f"{afresh}, or resume under the recipe it was written with")
+        steps = int(self.cfg["steps"])
+        if int(state["step"]) > steps:
+            raise ResumeError(f"{path} has done {int(state['step'])} steps, more than this recipe's steps={steps}: "
+                              f"a shorter run cannot continue a longer one; {afresh}, or set "
+                              f"rl.recipe.steps >= {int(state['step'])}")
+        weights = read_safetensors(path / "adapter_model.safetensors", what="adapter weights")
+        return state, weights
 
-        weights = path / "adapter_model.safetensors"
-        set_peft_model_state_dict(self.policy.model, load_file(weights))
+    def _differences(self, state: Mapping[str, Any]) -> str:
+        """The recipe keys (and seed) on which a checkpoint's run and this one differ, with both values."""
+        theirs, ours = state.get("recipe"), {k: v for k, v in to_builtin(self.cfg).items()}
+        if not isinstance(theirs, dict):
+            return f"config {state['config_hash']} there, {self.hash} here"
+        diffs = [f"{k}={theirs.get(k)!r} there, {ours.get(k)!r} here" for k in sorted(set(theirs) | set(ours))
+                 if k not in RESUMABLE_KEYS and theirs.get(k) != ours.get(k)]
+        if state.get("seed") != self.seed:
+            diffs.append(f"seed={state.get('seed')!r} there, {self.seed!r} here")
+        there, here = _flat(state.get("context") or {}), _flat(self.context)
+        diffs += [f"{k}={there.get(k)!r} there, {here.get(k)!r} here" for k in sorted(set(there) | set(here))
+                  if there.get(k) != here.get(k)]
+        return "; ".join(diffs) or f"config {state['config_hash']} there, {self.hash} here"
+
+    def load_checkpoint(self, path: Path) -> None:
+        """Continue from a checkpoint (`read_checkpoint` says which it may be). Everything is read and checked
+        before anything of the trainer changes, so a checkpoint that fails leaves the trainer as it was."""
+        state, weights = self.read_checkpoint(path)
+        self.env.load(path)                        # reads, then replaces the archive: fails before changing it
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(self.policy.model, weights)
         self.opt.load_state_dict(state["optimizer"])
         self.zeta = ZetaThermostat.from_state(state["zeta"])
         self.clip_high = AdaptiveClip.from_state(state["clip_high"])
         self.step, self.history = int(state["step"]), list(state["history"])
-        self.env.load(path)
+
+    def resume(self) -> tuple[Path | None, list[tuple[Path, str]]]:
+        """Continue from the newest usable checkpoint in `work`: (its folder or None, [(skipped folder,
+        why)]). A checkpoint that is incomplete, cut short or garbled is skipped and removed, and the next
+        older one tried; one that is complete but not this run's (`ResumeError`) stops the run, since
+        continuing or discarding it would silently mix or lose another run's work."""
+        if self.work is None or not self.work.is_dir():
+            return None, []
+        for tmp in self.work.glob("checkpoint-*.tmp"):       # a save killed mid-write
+            shutil.rmtree(tmp, ignore_errors=True)
+        skipped: list[tuple[Path, str]] = []
+        for ckpt in reversed(checkpoint_folders(self.work)):
+            try:
+                self.load_checkpoint(ckpt)
+                return ckpt, skipped
+            except ArtifactError as exc:
+                skipped.append((ckpt, str(exc)))
+                shutil.rmtree(ckpt)
+        return None, skipped
+
+
+def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        if isinstance(v, Mapping) and v:
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def checkpoint_folders(work: Path) -> list[Path]:
+    """A work folder's finished checkpoint folders, oldest first."""
+    return sorted(p for p in Path(work).glob("checkpoint-*") if p.is_dir() and not p.name.endswith(".tmp"))
 
 
 def latest_checkpoint(work: Path) -> Path | None:
-    done = sorted(p for p in work.glob("checkpoint-*") if p.is_dir() and not p.name.endswith(".tmp"))
+    done = checkpoint_folders(work)
     return done[-1] if done else None

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
+from alphagym.artifacts import read_npz
+from alphagym.errors import ArtifactError
+
 
 def standardise(pnl: np.ndarray) -> np.ndarray | None:
     z = pnl - pnl.mean()
@@ -28,6 +31,7 @@ class NoveltyArchive:
         self._buf = np.zeros((capacity, length))
         self._labels: list[str | None] = [None] * capacity
         self._count = 0
+        self.source: str | None = None        # the file it was loaded from, for error messages
         self._next = 0          # slot the next row goes to (the oldest once full)
         self.canonicals: Counter[str] = Counter()
 
@@ -80,11 +84,19 @@ class NoveltyArchive:
 
     @classmethod
     def load(cls, path: str | Path) -> NoveltyArchive:
-        with np.load(path, allow_pickle=False) as f:
-            meta = json.loads(str(f["meta"]))
-            rows = f["rows"]
-            labels = json.loads(str(f["labels"]))
-        arch = cls(meta["length"], meta["capacity"])
+        f = read_npz(path, keys=("meta", "rows", "labels"), what="novelty archive")
+        try:
+            meta, labels = json.loads(str(f["meta"])), json.loads(str(f["labels"]))
+            rows = np.asarray(f["rows"], dtype=np.float64)
+            length, capacity = int(meta["length"]), int(meta["capacity"])
+            ok = rows.ndim == 2 and rows.shape[1] == length and len(labels) == len(rows) <= capacity
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ArtifactError(path, f"novelty archive has a malformed header: {type(exc).__name__}: {exc}") from None
+        if not ok:
+            raise ArtifactError(path, f"novelty archive holds rows of shape {rows.shape} and {len(labels)} labels "
+                                      f"for length {length}, capacity {capacity}")
+        arch = cls(length, capacity)
+        arch.source = str(path)
         for row, label in zip(rows, labels):          # rows are stored standardised, oldest first
             canonical = label.split("\t", 1)[0]
             arch._buf[arch._next] = row

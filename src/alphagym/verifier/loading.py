@@ -6,10 +6,10 @@ the stages wrote.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from alphagym.artifacts import read_json
 from alphagym.config import results_dir
 from alphagym.dsl.alpha101 import alpha101
 from alphagym.dsl.parser import Limits
@@ -43,7 +43,7 @@ def load_kept_worlds(gates_path: Path, worlds_dir: Path, cache_dir: Path | None 
     `Panel.read_parquet_cached`."""
     if not gates_path.is_file():
         return {}
-    kept = json.loads(gates_path.read_text()).get("kept_channels", [])
+    kept = read_json(gates_path, what="world-model gate report").get("kept_channels", [])
     return {c: _read(worlds_dir / f"{c}.parquet", cache_dir) for c in kept}
 
 

@@ -26,6 +26,7 @@ from alphagym.dsl.evaluate import is_rank_root
 from alphagym.dsl.parser import Limits, lookback, parse
 from alphagym.engine.book import Book, market_forward
 from alphagym.engine.scorer import BookScorer, span_scorers
+from alphagym.errors import DataError
 from alphagym.panel import Panel
 from alphagym.verifier import channels as ch
 from alphagym.verifier.archive import NoveltyArchive
@@ -105,7 +106,9 @@ class Verifier:
         n = int(self.rows.sum())
         self.archive = archive if archive is not None else NoveltyArchive(n, self.cfg["novelty_pnl"]["capacity"])
         if window == "train" and self.archive.length != n:
-            raise ValueError(f"archive holds P&L of length {self.archive.length}, this panel gives {n}")
+            raise DataError("archive_mismatch", f"the novelty archive holds P&L of length {self.archive.length}, "
+                            f"this train panel gives {n}: it was built on another panel (another profile or "
+                            f"data range); rerun `alphagym archive` for this one", file=self.archive.source)
         # R3 (train window only): one scorer per kept stress world over the span `jepa_stress.sessions`, and
         # the train panel's over the same span (None: the worlds are scored whole, against the card's CPCV)
         self.stress: dict[str, BookScorer] | None = None
