@@ -388,8 +388,8 @@ def test_snakemake_run_reruns_on_params_and_code_and_agrees_with_dvc(root, tmp_p
 def _killed_rung_resumes(work: Path) -> None:
     """`alphagym train --rung` killed with SIGKILL after its first checkpoint: the rerun says it resumes
     from that checkpoint, finishes, and its log equals the uninterrupted run's (the DAG's own run of the rung
-    under the same recipe; timings aside); a work folder from another recipe is discarded with a message,
-    not reused."""
+    under the same recipe; timings aside); a work folder met by another recipe, or by fewer steps than it
+    has done, stops the run with a typed error and is neither reused nor discarded."""
     import signal
     import time
 
@@ -417,7 +417,8 @@ def _killed_rung_resumes(work: Path) -> None:
     assert all(r["decoding/rejected_share"] >= 0 and r["decoding/dead_ends"] >= 0 for r in want)
     wdir = work / "results/smoke/rl/tiny/cispo_repo/work"
     kill_after_first_checkpoint()
-    assert (wdir / "checkpoint-000002").is_dir() and not (work / "results/smoke/rl/tiny/cispo_repo/summary.json").exists()
+    assert (wdir / "checkpoint-000002").is_dir()
+    assert not (work / "results/smoke/rl/tiny/cispo_repo/summary.json").exists()
     leftover = work.parent / "leftover-work"
     shutil.copytree(wdir, leftover)
     again = subprocess.run(base, cwd=work, env=_env(), capture_output=True, text=True)
@@ -427,9 +428,18 @@ def _killed_rung_resumes(work: Path) -> None:
     summary = json.loads((work / "results/smoke/rl/tiny/cispo_repo/summary.json").read_text())
     assert summary["resumed_from"] == "checkpoint-000002"
     assert not wdir.exists()
-    # the same killed run's work folder, met by another recipe: discarded, loudly
+    # the same killed run's work folder, met by another recipe: a typed error naming both values and how to
+    # start afresh; the work folder is kept, not discarded or reused
     shutil.copytree(leftover, wdir)
     other = subprocess.run([*base, "--set", "rl.recipe.beta=0.1"], cwd=work, env=_env(), capture_output=True,
                            text=True)
-    assert other.returncode == 0, other.stderr[-3000:]
-    assert "discarding the work folder" in other.stdout and "another recipe or seed" in other.stdout
+    assert other.returncode == 2, other.stderr[-3000:]
+    assert "another recipe or seed: beta=0.08 there, 0.1 here" in other.stderr, other.stderr[-3000:]
+    assert "remove the work folder" in other.stderr and "Traceback" not in other.stderr
+    assert (wdir / "checkpoint-000002").is_dir()
+    # a recipe shorter than the killed run's progress cannot resume it (the checkpoint has done 2 steps)
+    short = subprocess.run([*base[:-4], "--set", "rl.recipe.steps=1", "--set", "rl.recipe.checkpoint_every=1"],
+                           cwd=work, env=_env(), capture_output=True, text=True)
+    assert short.returncode == 2 and "has done 2 steps, more than this recipe's steps=1" in short.stderr, \
+        short.stderr[-3000:]
+    assert not (work / "results/smoke/rl/tiny/cispo_repo/summary.json").exists()

@@ -6,6 +6,8 @@ that failed is marked in the report, not dropped."""
 from __future__ import annotations
 
 import json
+import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -119,6 +121,18 @@ def test_probe_selects_on_train_numbers_before_scoring_the_holdout(ladder, monke
     assert summary["selector"] == "train_cpcv" and summary["shipped_step"] == out["shipped_step"]
 
 
+def _train_outputs(table) -> None:
+    """The train stage's log and summary, and the world-model gates, as the report reads them."""
+    tr = table["train@cispo_repo"].outs
+    Path(tr["log"]).write_text("".join(json.dumps({"step": s, "reward": 0.1 * s, "core_score/mean": 0.0,
+                                                   "kl": 0.0, "entropy": 1.0, "repo/zeta": 0.01,
+                                                   "frac_nonzero_advantage": 1.0}) + "\n" for s in (1, 2, 3, 4)))
+    Path(tr["summary"]).write_text(json.dumps({"steps": 4}))
+    gates = Path(table["report"].deps["gates"])
+    gates.parent.mkdir(parents=True, exist_ok=True)
+    gates.write_text(json.dumps({"kept": []}))
+
+
 def test_books_and_report_come_from_the_probe_and_mark_a_failed_rung(ladder):
     params, table = ladder
     if not Path(table["probe@cispo_repo"].outs["summary"]).exists():
@@ -129,15 +143,7 @@ def test_books_and_report_come_from_the_probe_and_mark_a_failed_rung(ladder):
     assert {"date", "market"} <= set(daily.columns) and len(daily) > 200
     if books["equal_weight"] is not None:
         assert books["equal_weight"]["answers"] == sum(r["count"] for r in books["answers"])
-    # the train stage's log and summary, and the world-model gates, as the report reads them
-    tr = table["train@cispo_repo"].outs
-    Path(tr["log"]).write_text("".join(json.dumps({"step": s, "reward": 0.1 * s, "core_score/mean": 0.0,
-                                                   "kl": 0.0, "entropy": 1.0, "repo/zeta": 0.01,
-                                                   "frac_nonzero_advantage": 1.0}) + "\n" for s in (1, 2, 3, 4)))
-    Path(tr["summary"]).write_text(json.dumps({"steps": 4}))
-    gates = Path(table["report"].deps["gates"])
-    gates.parent.mkdir(parents=True, exist_ok=True)
-    gates.write_text(json.dumps({"kept": []}))
+    _train_outputs(table)
     out = run_stage(params, "report")
     assert out["shipped_rung"] == "cispo_repo"
     assert set(out["failed"]) == set(params.rl.ladder) - {"cispo_repo"}
@@ -183,3 +189,55 @@ def test_a_report_with_no_finished_rung_is_an_error(tmp_path):
     Path(stage_table(params)["report"].deps["briefs_holdout"]).write_text("")
     with pytest.raises(DataError, match="no rung has finished"):
         run_stage(params, "report")
+
+
+def test_a_damaged_shipped_adapter_is_a_policy_error_naming_it(ladder, tmp_path):
+    """A checkpoint's adapter cut short on disk: the probe names the file instead of a SafetensorError."""
+    from alphagym.rl.checkpoints import at_checkpoint, sft_base
+
+    params, table = ladder
+    deps = table["probe@cispo_repo"].deps
+    ckpt = tmp_path / "checkpoint-000002"
+    shutil.copytree(Path(deps["checkpoints"]) / "checkpoint-000002", ckpt)
+    weights = ckpt / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(PolicyError, match=r"checkpoint-000002 cannot be used.*adapter_model.safetensors"):
+        at_checkpoint(sft_base(Path(deps["policy"]), params), ckpt)
+
+
+@contextmanager
+def _altered(path: Path, text: str | bytes):
+    """`path` holds `text` inside the block, its own bytes again after it."""
+    good = Path(path).read_bytes()
+    Path(path).write_bytes(text if isinstance(text, bytes) else text.encode())
+    try:
+        yield
+    finally:
+        Path(path).write_bytes(good)
+
+
+def test_books_and_report_refuse_damaged_or_inconsistent_probe_outputs(ladder):
+    """A shipped step that is not among the checkpoints, answers without the `valid` column, and a books file
+    cut short are typed errors naming the file; the failed stage leaves no output behind."""
+    params, table = ladder
+    if not Path(table["probe@cispo_repo"].outs["summary"]).exists():
+        run_stage(params, "probe@cispo_repo")
+    probe_outs, books_outs = table["probe@cispo_repo"].outs, table["books@cispo_repo"].outs
+    summary = json.loads(Path(probe_outs["summary"]).read_text())
+    with _altered(probe_outs["summary"], json.dumps({**summary, "shipped_step": 999})):
+        with pytest.raises(DataError, match=r"shipped step 999 is not among the probe's checkpoints \[0, 2, 4\]"):
+            run_stage(params, "books@cispo_repo")
+        assert not Path(books_outs["books"]).exists()
+    answers = pd.read_parquet(probe_outs["answers"])
+    no_valid = Path(probe_outs["answers"]).with_name("no_valid.parquet")
+    answers.drop(columns=["valid"]).to_parquet(no_valid)
+    with _altered(probe_outs["answers"], no_valid.read_bytes()):
+        with pytest.raises(DataError, match=r"lacks the column\(s\) 'valid'.*answers.parquet"):
+            run_stage(params, "books@cispo_repo")
+    run_stage(params, "books@cispo_repo")
+    _train_outputs(table)
+    books = Path(books_outs["books"])
+    with _altered(books, books.read_bytes()[:-20]):
+        with pytest.raises(DataError, match=r"not valid JSON.*books.json"):
+            run_stage(params, "report")
+        assert not Path(table["report"].outs["report"]).exists()

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from alphagym.config import load_params
 from alphagym.artifacts import write_manifest
+from alphagym.config import load_params
 from alphagym.errors import ArtifactError, ConfigError, PolicyError, ResumeError
 from alphagym.policy.model import Policy, build_policy, wrap_adapter
 from alphagym.policy.sft import train_sft

@@ -337,8 +337,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _quiet_optional_kernels() -> None:
+    """bitsandbytes, imported by peft, looks for an optional CPU kernel on the Hugging Face kernel hub (the
+    `kernels` package, not a dependency; no hub is reached here) and logs a warning on every run when it is
+    absent. Its built-in CPU path is what runs either way, so the line is noise in every `train` log."""
+    import logging
+
+    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _quiet_optional_kernels()
     try:
         return int(args.func(args))
     except AlphagymError as exc:

@@ -49,8 +49,8 @@ def load_rung(item: str, files: Mapping[str, Path], rungs: Mapping[str, Any]) ->
     res.missing = [f"{role}: {files[role]}" for role in ROLES if not Path(files[role]).exists()]
     if res.missing:
         return res
-    res.log = read_jsonl(files["log"], keys=("step",), what="training log")
     res.train = read_json(files["train"], keys=("steps",), what="training summary")
+    res.log = read_training_log(files["log"], res.train["steps"])
     res.table = read_parquet(files["table"], columns=("step", "shipped"), what="probe checkpoint table")
     res.answers = read_parquet(files["answers"], columns=("step", "valid", "formula"), what="probe answers")
     res.probe = read_json(files["probe"], keys=("shipped_step",), what="probe summary")
@@ -64,6 +64,16 @@ def load_rung(item: str, files: Mapping[str, Path], rungs: Mapping[str, Any]) ->
                                             f"books ({files['books']}) are of step {res.books.get('shipped_step')!r}; "
                                             f"rerun the rung's probe and books")
     return res
+
+
+def read_training_log(path: str | Path, steps: int) -> list[dict[str, Any]]:
+    """A rung's log.jsonl, one line a step: steps 1..`steps` in order (the training summary's count), so a log
+    cut at a line's end is caught too, not read as a shorter run."""
+    log = read_jsonl(path, keys=("step",), what="training log")
+    if [r["step"] for r in log] != list(range(1, int(steps) + 1)):
+        raise ArtifactError(path, f"the training log holds steps {[r['step'] for r in log][:3]}... ({len(log)} "
+                                  f"lines), not 1..{steps} as the training summary says (cut short?)")
+    return log
 
 
 def _num(v: Any) -> float:
