@@ -341,3 +341,19 @@ def test_no_stage_error_is_untyped_on_an_unreadable_file(tmp_path):
     with pytest.raises(ArtifactError, match="not found"):
         read_parquet(missing)
     assert not os.path.exists(missing)
+
+
+def test_a_saved_policy_with_garbled_weights_is_named(sft_state, tmp_path):
+    """Bytes changed inside a saved policy's weights (which safetensors alone would load as other numbers): the
+    policy's manifest names the file."""
+    from alphagym.errors import PolicyError
+    from alphagym.policy.model import load_policy
+
+    folder = copy.deepcopy(sft_state).save(tmp_path / "policy")
+    load_policy(folder)
+    weights = folder / "base" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-64] ^= 0x01                                    # one bit of one weight
+    weights.write_bytes(bytes(data))
+    with pytest.raises(PolicyError, match=r"differs from its manifest.*policy/base/model.safetensors"):
+        load_policy(folder)

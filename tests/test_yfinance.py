@@ -35,6 +35,14 @@ def test_recorded_response_to_raw_and_cache(tmp_path):
     again = yfs.download_universe(["XYZ"], "2021-01-04", "2021-01-08", cfg,
                                   fetch=lambda *a: pytest.fail("fetched although cached"))
     pd.testing.assert_frame_equal(raw, again)
+    # a cache file cut short is fetched again, not read as a traceback or as fewer rows
+    cached = next((tmp_path / "cache").glob("XYZ_*.parquet"))
+    cached.write_bytes(cached.read_bytes()[:200])
+    calls = []
+    refetched = yfs.download_universe(["XYZ"], "2021-01-04", "2021-01-08", cfg,
+                                      fetch=lambda *a: calls.append(a) or recorded(*a))
+    assert len(calls) == 1
+    pd.testing.assert_frame_equal(raw, refetched)
 
 
 def test_retries_then_clear_error(tmp_path):

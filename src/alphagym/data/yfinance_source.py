@@ -13,7 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-from alphagym.errors import DataError, SourceUnavailableError
+from alphagym.artifacts import read_parquet
+from alphagym.errors import ArtifactError, DataError, SourceUnavailableError
 
 YAHOO_HOST = "query1.finance.yahoo.com"
 Fetch = Callable[[str, str, str], pd.DataFrame]
@@ -77,8 +78,11 @@ def download_universe(tickers: list[str], start: str, end: str, cfg: dict[str, A
     for ticker in tqdm(tickers, desc="yfinance", unit="ticker", disable=len(tickers) < 2):
         path = cache / f"{ticker}_{start}_{end}.parquet"
         if path.is_file():
-            frames.append(pd.read_parquet(path))
-            continue
+            try:
+                frames.append(read_parquet(path, what="yfinance cache file"))
+                continue
+            except ArtifactError:        # cut short or garbled: a cache, so fetch it again
+                path.unlink()
         last: Exception | None = None
         for attempt in range(int(cfg["retries"])):
             try:

@@ -35,9 +35,10 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from alphagym.artifacts import MANIFEST, verify_manifest, write_manifest
 from alphagym.dsl.parser import Limits
 from alphagym.dsl.prefix import PrefixChecker
-from alphagym.errors import PolicyError
+from alphagym.errors import ArtifactError, PolicyError
 from alphagym.policy.grammar import GrammarSampler
 
 META = "alphagym_policy.json"
@@ -473,6 +474,7 @@ class Policy:
                 "max_new_tokens": self.max_new_tokens, "system_prompt": self.system_prompt,
                 **({"base_model": self.base_model} if self.base_model else {}), **(extra or {})}
         (path / META).write_text(json.dumps(meta, indent=1))
+        write_manifest(path)              # last: a folder with a manifest was written whole
         return path
 
 
@@ -492,6 +494,8 @@ def load_policy(path: str | Path, cfg: Mapping[str, Any] | None = None, trainabl
     if not meta_path.is_file():
         raise PolicyError(f"{path} is not a saved policy (no {META}; run `alphagym sft` first)")
     try:
+        if (path / MANIFEST).is_file():
+            verify_manifest(path, what=f"saved policy {path.name}")
         meta = json.loads(meta_path.read_text())
         if "config_hash" in meta and meta["adapter"] and meta["backend"] != "tiny":
             raise PolicyError(f"{path} is an RL checkpoint: an adapter on the merged SFT policy, which the folder "
@@ -515,6 +519,8 @@ def load_policy(path: str | Path, cfg: Mapping[str, Any] | None = None, trainabl
             model = AutoModelForCausalLM.from_pretrained(path)
     except PolicyError:
         raise
+    except ArtifactError as exc:
+        raise PolicyError(f"cannot load the policy in {path}: {exc}") from None
     except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as exc:
         raise PolicyError(f"cannot load the policy in {path}: {type(exc).__name__}: {exc}") from exc
     tok.padding_side = "left"
