@@ -44,8 +44,13 @@ def read_json(path: str | Path, *, keys: Iterable[str] = (), what: str = "JSON f
         value = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_no_constant)
     except (UnicodeDecodeError, ValueError) as exc:
         raise ArtifactError(path, f"{what} is not valid JSON (truncated or garbled?): {exc}") from None
+    return _mapping(path, value, keys, what, "a JSON object")
+
+
+def _mapping(path: Path, value: Any, keys: Iterable[str], what: str, kind: str) -> dict[str, Any]:
+    """`value` if it is a mapping holding every key in `keys`; else an ArtifactError naming what lacks."""
     if not isinstance(value, dict):
-        raise ArtifactError(path, f"{what} must hold a JSON object, holds a {type(value).__name__}")
+        raise ArtifactError(path, f"{what} must hold {kind}, holds a {type(value).__name__}")
     missing = [k for k in keys if k not in value]
     if missing:
         raise ArtifactError(path, f"{what} lacks {', '.join(map(repr, missing))}")
@@ -123,10 +128,7 @@ def read_npz(path: str | Path, *, keys: Iterable[str] = (), what: str = "npz fil
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as exc:
         raise ArtifactError(path, f"{what} cannot be read (truncated or garbled?): {type(exc).__name__}: "
                                   f"{exc}") from None
-    missing = [k for k in keys if k not in out]
-    if missing:
-        raise ArtifactError(path, f"{what} lacks the array(s) {', '.join(map(repr, missing))}")
-    return out
+    return _mapping(path, out, keys, what, "arrays")
 
 
 def read_safetensors(path: str | Path, *, what: str = "safetensors file") -> dict[str, Any]:
@@ -145,24 +147,17 @@ def read_safetensors(path: str | Path, *, what: str = "safetensors file") -> dic
 
 def read_torch(path: str | Path, *, keys: Iterable[str] = (), what: str = "torch state") -> dict[str, Any]:
     """A `torch.save`d mapping of tensors and plain values (weights only: no pickled code runs)."""
-    import pickle
-
     import torch
 
     path = Path(path)
     _exists(path, what)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, OSError, EOFError, ValueError, KeyError, AttributeError,
-            IndexError, TypeError, UnicodeDecodeError, zipfile.BadZipFile) as exc:
+    except Exception as exc:   # noqa: BLE001 - damaged bytes raise from the unpickler, the zip reader or the
+        # tensor rebuild, in types torch does not document; each is the file's fault and named as such here
         raise ArtifactError(path, f"{what} cannot be read (truncated or garbled?): {type(exc).__name__}: "
                                   f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
-    if not isinstance(state, dict):
-        raise ArtifactError(path, f"{what} must hold a mapping, holds a {type(state).__name__}")
-    missing = [k for k in keys if k not in state]
-    if missing:
-        raise ArtifactError(path, f"{what} lacks {', '.join(map(repr, missing))}")
-    return state
+    return _mapping(path, state, keys, what, "a mapping")
 
 
 def sha256(path: Path) -> str:
