@@ -19,8 +19,25 @@ def test_help_lists_one_subcommand_per_stage_and_tools():
 
 
 def test_console_script_runs():
-    out = subprocess.run([sys.executable, "-m", "alphagym.cli", "--help"], capture_output=True, text=True)
-    assert out.returncode == 0 and "download" in out.stdout
+    """The installed `alphagym` entry point (what Snakemake and DVC call) runs, lists every stage and tool
+    with its help line, and a stage's own --help names its family option; an unknown command exits 2."""
+    from pathlib import Path
+
+    from alphagym.cli import TOOLS
+    from alphagym.pipeline import table_rows
+
+    exe = str(Path(sys.executable).with_name("alphagym"))
+    out = subprocess.run([exe, "--help"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())                   # argparse wraps long help lines
+    for r in table_rows():
+        assert f"{r.command} stage: {' '.join(r.help.split())}" in text, r.command
+    for name, help_text, _ in TOOLS:
+        assert f"{name} tool: {' '.join(help_text.split())}" in text, name
+    train = subprocess.run([exe, "train", "--help"], capture_output=True, text=True)
+    assert train.returncode == 0 and "--rung" in train.stdout and "--set" in train.stdout
+    bad = subprocess.run([exe, "no-such-command"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "invalid choice: 'no-such-command'" in bad.stderr
 
 
 def test_user_errors_exit_2_with_one_clear_line(tmp_path, capsys, root):
