@@ -73,13 +73,13 @@ class Trainer:
     def __init__(self, policy: Policy, env: Environment, briefs: Sequence[Mapping[str, Any]],
                  recipe: Mapping[str, Any], seed: int, work: Path | None = None,
                  log: Callable[[dict[str, float], int], None] = lambda m, s: None,
-                 sync: Callable[[int], None] = lambda step: None, context: Mapping[str, Any] | None = None) -> None:
+                 context: Mapping[str, Any] | None = None) -> None:
         if not policy.has_adapter:
             raise PolicyError("the RL trainer trains an adapter (LoRA/DoRA) on the SFT policy; this policy has none")
         if not briefs:
             raise PolicyError("no briefs to train on")
         self.policy, self.env, self.briefs, self.cfg, self.seed = policy, env, list(briefs), recipe, int(seed)
-        self.work, self.log, self.sync = work, log, sync
+        self.work, self.log = work, log
         self.params = [p for p in policy.model.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(self.params, lr=float(recipe["lr"]), weight_decay=float(recipe["weight_decay"]))
         repo, adapo = recipe["repo"], recipe["adapo"]
@@ -162,7 +162,7 @@ class Trainer:
         return [self.policy.answer_forward(briefs[i:i + mb], answers[i:i + mb], adapter=adapter, grad=grad,
                                            entropy=entropy) for i in range(0, len(briefs), mb)]
 
-    def update(self, briefs: list[str], answers: list[str], adv: np.ndarray, step: int) -> dict[str, float]:
+    def update(self, briefs: list[str], answers: list[str], adv: np.ndarray) -> dict[str, float]:
         cfg = self.cfg
         mb = int(cfg["micro_batch"])
         t0 = time.perf_counter()
@@ -223,7 +223,7 @@ class Trainer:
         flat_b = [b["text"] for b, g in zip(briefs, answers) for _ in g]
         flat_a = [a for g in answers for a in g]
         flat_s = [s for g in scored for s in g]
-        upd = self.update(flat_b, flat_a, adv, step)
+        upd = self.update(flat_b, flat_a, adv)
         rewards = np.array([self._combined(s) for s in flat_s])
         group_std = [float(np.std([self._combined(s) for s in g])) for g in scored]
         lengths = [len(self.policy.tokenizer(a, add_special_tokens=False)["input_ids"]) for a in flat_a]
@@ -257,7 +257,6 @@ class Trainer:
                                 invalid=f"{m['frac_invalid']:.2f}")
             if self.work is not None and (self.step % every == 0 or self.step == steps):
                 self.save_checkpoint(self.work / f"checkpoint-{self.step:06d}")
-                self.sync(self.step)
         return self.history
 
     # --- checkpoints ----------------------------------------------------------------------------------------------
