@@ -27,9 +27,11 @@ def test_cached_scores_equal_uncached_after_the_archive_changed(sim_panels, tmp_
     brief = next(iter(_briefs(params, cat)))
     cached = VerifierEnv(Verifier(train, params), cat, 0.5, cache=100)
     plain = VerifierEnv(Verifier(train, params), cat, 0.5)
+    rates = []
     for round_ in range(2):                       # the second round hits the cache; the archive has grown
         a = cached.score(ANSWERS, brief)
         b = plain.score(ANSWERS, brief)
+        rates.append(cached.step_metrics()["verifier/cache_hit_rate"])
         for x, y in zip(a, b):
             assert x.valid == y.valid and x.core == y.core and x.canonical == y.canonical
             assert x.channels == y.channels, round_
@@ -39,6 +41,8 @@ def test_cached_scores_equal_uncached_after_the_archive_changed(sim_panels, tmp_
         plain.commit(b)
         assert len(cached.verifier.archive) == n + sum(s.valid for s in a)
     assert cached.verifier.cache_hits == 1 + len(ANSWERS)     # the repeated answer in round 1, then all
+    assert rates == [1 / len(ANSWERS), 1.0]                    # per step, as the trainer logs it
+    assert plain.step_metrics() == {"verifier/cache_hit_rate": 0.0}
     # the second round saw its own first-round answers in the archive: novelty fell
     assert a[1].channels["novelty_pnl"] < 0.1
     cached.save(tmp_path)

@@ -49,6 +49,9 @@ class ArchiveEnv(VerifierEnv):
     def score(self, answers, brief):
         return self._inner.score(answers, brief)
 
+    def step_metrics(self):
+        return {}
+
     def commit(self, scored):
         for i, s in enumerate(scored):
             if s.valid:

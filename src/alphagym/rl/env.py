@@ -55,12 +55,20 @@ class VerifierEnv:
             self.priorities["compliance"] = float(cfg["compliance"]["priority"])
         if cache:
             verifier.enable_cache(cache)
+        self._counted = (verifier.cache_lookups, verifier.cache_hits)
 
     def score(self, answers: Sequence[str], brief: Mapping[str, Any]) -> list[Scored]:
         checker = BriefChecker(brief, self.catalogue, self.tolerance)
         cards = self.verifier.score_group(list(answers), answer=True, brief=checker)
         return [Scored(c.valid, dict(c.channels), float(c.channels["cpcv"]), c.canonical,
                        {k: v for k, v in c.metrics.items() if isinstance(v, float)}, c) for c in cards]
+
+    def step_metrics(self) -> dict[str, float]:
+        """The card cache's hits over lookups since the last call (one step's scoring, refills included)."""
+        v = self.verifier
+        lookups, hits = v.cache_lookups - self._counted[0], v.cache_hits - self._counted[1]
+        self._counted = (v.cache_lookups, v.cache_hits)
+        return {"verifier/cache_hit_rate": hits / lookups if lookups else 0.0}
 
     def commit(self, scored: Sequence[Scored]) -> None:
         for s in scored:

@@ -121,6 +121,7 @@ class Verifier:
         self._cache: OrderedDict[tuple[str, bool], ScoreCard] = OrderedDict()
         self.cache_size = 0
         self.cache_hits = 0
+        self.cache_lookups = 0
 
     def enable_cache(self, size: int) -> None:
         """Keep the last `size` answers' score cards. Everything in a card but the novelty channels depends
@@ -145,6 +146,7 @@ class Verifier:
         if not self.cache_size:
             return self._score_one(text, answer)
         key = (text, answer)
+        self.cache_lookups += 1
         hit = self._cache.get(key)
         if hit is None:
             card = self._score_one(text, answer)
