@@ -10,6 +10,7 @@ import json
 import pytest
 import torch
 
+from alphagym.artifacts import write_manifest
 from alphagym.dsl.prefix import PrefixChecker
 from alphagym.errors import PolicyError
 from alphagym.policy.model import (
@@ -193,6 +194,9 @@ def test_bad_input_gets_clear_errors(tmp_path):
     lora.save(tmp_path / "a")
     other = tiny_model({**TINY, "hidden_size": 64}, lora.tokenizer, 0)
     other.save_pretrained(tmp_path / "a" / "base")
+    with pytest.raises(PolicyError, match="differs from its manifest"):     # changed after it was saved
+        load_policy(tmp_path / "a")
+    write_manifest(tmp_path / "a")                                         # as if saved so
     with pytest.raises(PolicyError, match="another base model"):
         load_policy(tmp_path / "a")
     with pytest.raises(PolicyError, match="unknown policy backend"):
