@@ -9,7 +9,8 @@ unmerged adapter (the reference for the merged copy the trainer samples with); `
 answer's whole prompt when sampling and in the reference and update passes (`Policy.share_prompts` off: the
 reference for `_prompt_cache` and `_grouped_logits`, which run a repeated prompt once per group). Each thread
 budget runs in a fresh trainer (same seed, so the same briefs and answers up to the thread-dependent float rounding).
-Last lines: `rl_step_<part>_<median|p90>=<seconds>` for the first budget, and the projected rung hours.
+Last lines: `rl_step_<part>_<median|p90>=<seconds>` for the first budget, the mean share of answers whose score
+card came from the verifier's cache (`rl_step_cache_hit_rate`), and the projected rung hours.
 """
 
 from __future__ import annotations
@@ -41,13 +42,15 @@ def run(params, rung: str, warmup: int, steps: int) -> dict:
         if s >= warmup:
             rows.append(m)
         print(f"  step {s}{' (warm-up)' if s < warmup else ''}: {m['step_time']:.2f} s "
-              + " ".join(f"{p.split('/')[1]}={m[p]:.2f}" for p in PARTS), flush=True)
+              + " ".join(f"{p.split('/')[1]}={m[p]:.2f}" for p in PARTS)
+              + f" cache_hits={m.get('verifier/cache_hit_rate', 0.0):.2f}", flush=True)
     out = {"setup_s": setup}
     for k in ("step_time", *PARTS):
         v = [r[k] for r in rows]
         out[k] = (float(np.median(v)), float(np.percentile(v, 90)))
     out["parts_share_of_step"] = float(np.median([sum(r[p] for p in PARTS) / r["step_time"] for r in rows]))
     out["completions_mean_length"] = float(np.mean([r["completions/mean_length"] for r in rows]))
+    out["cache_hit_rate"] = float(np.mean([r.get("verifier/cache_hit_rate", 0.0) for r in rows]))
     return out
 
 
@@ -94,6 +97,7 @@ def main() -> int:
         name = k.replace("time/", "")
         print(f"rl_step_{name}_median={first[k][0]:.3f}")
         print(f"rl_step_{name}_p90={first[k][1]:.3f}")
+    print(f"rl_step_cache_hit_rate={first['cache_hit_rate']:.3f}")
     hours = first["step_time"][0] * recipe.steps / 3600
     print(f"projected_rung_hours={hours:.2f} ({recipe.steps} steps at the median)")
     return 0
