@@ -18,10 +18,14 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
+from alphagym.runtime import configure_runtime
 
-from alphagym.policy.model import Policy, load_hf, load_smollm2, wrap_adapter
+configure_runtime()          # before numpy and torch load: the settings every alphagym command runs with
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from alphagym.policy.model import Policy, load_hf, load_smollm2, wrap_adapter  # noqa: E402
 
 BRIEFS = ["Design an alpha whose PRIMARY mechanism is volume variability. Target horizon: roughly 20-day windows.",
           "Design an alpha whose PRIMARY mechanism is short-term reversal. Inputs: must use exactly one ts_delta.",

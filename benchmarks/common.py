@@ -10,6 +10,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))          # the slow pandas reference lives with the tests
 
+from alphagym.runtime import configure_runtime  # noqa: E402
+
+configure_runtime()          # what every alphagym command runs with: timed as the pipeline runs
+
 from alphagym.config import load_params  # noqa: E402
 from alphagym.data.build_panel import build_full_panel  # noqa: E402
 from alphagym.data.sources import load_source  # noqa: E402

@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from alphagym.config import load_params
+from alphagym.runtime import configure_runtime
+
+configure_runtime()          # the test session runs with the settings of every alphagym command
+
+from alphagym.config import load_params  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data" / "sp500-daily"

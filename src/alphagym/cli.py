@@ -347,6 +347,9 @@ def _quiet_optional_kernels() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from alphagym.runtime import configure_runtime
+
+    configure_runtime()                  # before anything imports numpy, numba or torch
     args = build_parser().parse_args(argv)
     _quiet_optional_kernels()
     try:

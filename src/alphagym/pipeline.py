@@ -33,7 +33,7 @@ HOLDOUT_READERS = frozenset({"probe", "books", "report"})
 
 # Code every stage runs through `alphagym.stages.run_stage`, besides its own: the loader and the dispatcher.
 COMMON_CODE = ("src/alphagym/config.py", "src/alphagym/params.py", "src/alphagym/pipeline.py",
-               "src/alphagym/stages.py", "src/alphagym/artifacts.py")
+               "src/alphagym/stages.py", "src/alphagym/artifacts.py", "src/alphagym/runtime.py")
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from typing import Any
 from alphagym.config import ParamsView, get, results_dir
 from alphagym.errors import ConfigError, DataError, StageBusyError
 from alphagym.pipeline import Stage, stage_table
+from alphagym.runtime import configure_runtime
 from alphagym.tracking import stage_run
 
 
@@ -50,6 +51,7 @@ def find_stage(params: Mapping[str, Any], key: str, rows: list[Stage] | None = N
 
 def run_stage(params: Mapping[str, Any], key: str, rows: list[Stage] | None = None,
               reads: set[str] | None = None) -> dict[str, Any]:
+    configure_runtime()
     stage, table = find_stage(params, key, rows)
     producer = {p: s for s in table.values() for p in s.outs.values()}
     for role, path in stage.deps.items():

@@ -17,7 +17,6 @@ import numpy as np
 
 from alphagym.dsl.ast import Call, Field, Node, Num
 from alphagym.dsl.errors import UnavailableFieldError
-from alphagym.dsl.memory import keep_large_blocks_in_heap
 from alphagym.dsl.registry import OPS
 from alphagym.panel import DSL_FIELDS, Panel
 
@@ -46,7 +45,6 @@ class Evaluator:
     """Built once per panel; `evaluate` may be called for many formulas (the field arrays are shared)."""
 
     def __init__(self, panel: Panel) -> None:
-        keep_large_blocks_in_heap()
         self.panel = panel
         self.shape = panel.shape
         self.ctx = EvalContext(np.ascontiguousarray(panel.sector_codes(), dtype=np.int64))

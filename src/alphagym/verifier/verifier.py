@@ -321,6 +321,9 @@ def _init_worker(panel: Panel, params: dict[str, Any], archive: NoveltyArchive, 
                  stress_worlds: dict[str, Panel]) -> None:
     import numba
 
+    from alphagym.runtime import configure_runtime
+
+    configure_runtime()               # a spawned process: the settings of its parent
     numba.set_num_threads(1)          # one process per core: no oversubscription
     global _WORKER_VERIFIER
     _WORKER_VERIFIER = Verifier(panel, params, archive, window, stress_worlds)
