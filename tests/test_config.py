@@ -139,3 +139,19 @@ def test_params_read_as_typed_attributes_and_as_a_mapping(root):
                                             "impact_bps": 0.5}
     with pytest.raises(Exception, match="frozen"):
         p.verifier.cpcv.blocks = 3
+
+
+def test_one_resolver_gives_a_ladder_member_its_recipe_seed_threads_and_cost(root):
+    """`resolve_rung` is what the stage table (threads, priorities), train and probe read: a replica
+    `RUNG-sK` has its rung's recipe and seed + K; a DoRA step counts DORA_STEP_COST LoRA steps."""
+    from alphagym.params import DORA_STEP_COST, resolve_rung
+    from alphagym.pipeline import rung_threads
+
+    p = load_params(root / "params.yaml", ["rl.recipe.numba_threads=3"])
+    base = resolve_rung(p, "cispo_repo_dora")
+    replica = resolve_rung(p, "cispo_repo_dora-s2")
+    assert (base.name, base.replica, base.seed) == ("cispo_repo_dora", 0, p.seed)
+    assert (replica.name, replica.replica, replica.seed) == ("cispo_repo_dora", 2, p.seed + 2)
+    assert replica.recipe == base.recipe == p.rl.recipe_of("cispo_repo_dora")
+    assert base.recipe.adapter == "dora" and base.cost == base.recipe.steps * DORA_STEP_COST
+    assert base.threads == rung_threads(p, "cispo_repo_dora-s2") == 3

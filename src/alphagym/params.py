@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -735,6 +736,49 @@ def apply_rung(recipe: RlRecipe, rung: Rung, name: str) -> RlRecipe:
             raise KeyError(f"rl.rungs.{name}.set: unknown recipe key {key!r}")
         node[parts[-1]] = value
     return RlRecipe.model_validate(raw)
+
+
+REPLICA = re.compile(r"^(.+)-s(\d+)$")
+# A DoRA step of the tiny policy costs about 1.5 LoRA steps (5.72 against 3.71 s median a step, the two
+# rungs side by side in one `make run`, docs/results.md). Only the order of the rungs depends on it.
+DORA_STEP_COST = 1.5
+
+
+def split_replica(item: str) -> tuple[str, int]:
+    """`NAME-sK` -> (NAME, K); any other item -> (item, 0). A replica reruns its item with seed + K."""
+    m = REPLICA.match(item)
+    return (m.group(1), int(m.group(2))) if m else (item, 0)
+
+
+@dataclass(frozen=True)
+class ResolvedRung:
+    """One member of the ladder as it runs: rung `name`, replica `replica` of it (the item `NAME-sK`), its recipe
+    (`rl.recipe` with the rung's `set`) and seed (`seed` + K), and what the scheduler needs of it."""
+
+    item: str
+    name: str
+    replica: int
+    recipe: RlRecipe
+    seed: int
+
+    @property
+    def threads(self) -> int:
+        """Cores it uses: the larger of its torch and numba budgets (the two phases run one after another)."""
+        return max(self.recipe.torch_threads, self.recipe.numba_threads)
+
+    @property
+    def cost(self) -> float:
+        """Expected training time in LoRA steps: its steps, a DoRA step weighted DORA_STEP_COST."""
+        return self.recipe.steps * (DORA_STEP_COST if self.recipe.adapter == "dora" else 1.0)
+
+
+def resolve_rung(params: Mapping[str, Any], item: str) -> ResolvedRung:
+    """The one place a ladder member `RUNG` or `RUNG-sK` is resolved (the stage table's threads and
+    priorities, the train and probe stages); `params` is the whole params or a stage's view of them."""
+    name, replica = split_replica(item)
+    rl = params["rl"]
+    return ResolvedRung(item, name, replica, apply_rung(rl["recipe"], rl["rungs"][name], name),
+                        int(params["seed"]) + replica)
 
 
 class Books(Section):

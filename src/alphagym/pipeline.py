@@ -16,7 +16,6 @@ Each stage declares whether it may read the holdout; tests derive the holdout bo
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -26,7 +25,9 @@ from typing import Any
 import yaml
 
 from alphagym.config import get, results_dir, to_builtin
-from alphagym.params import RlRecipe, apply_rung
+from alphagym.params import REPLICA, resolve_rung, split_replica
+
+__all__ = ["REPLICA", "split_replica"]      # the ladder's item names, re-exported for the stage table's users
 
 # Stages allowed to read holdout data (directly or through any upstream output).
 HOLDOUT_READERS = frozenset({"probe", "books", "report"})
@@ -47,14 +48,7 @@ class Family:
     blocks: str | None = None     # dotted key of the mapping name -> block when `key` is a list of names
 
 
-REPLICA = re.compile(r"^(.+)-s(\d+)$")
 RUNGS = Family("rl.ladder", "rung", replicas="rl.seeds", blocks="rl.rungs")   # the ladder's rungs and replicas
-
-
-def split_replica(item: str) -> tuple[str, int]:
-    """`NAME-sK` -> (NAME, K); any other item -> (item, 0). A replica reruns its item with seed + K."""
-    m = REPLICA.match(item)
-    return (m.group(1), int(m.group(2))) if m else (item, 0)
 
 
 @dataclass(frozen=True)
@@ -258,38 +252,20 @@ def _gathered(stage: Stage, params: Mapping[str, Any]) -> Stage:
     return Stage(**{**stage.__dict__, "deps": deps})
 
 
-def _rung_recipe(params: Mapping[str, Any], item: str) -> RlRecipe:
-    """`rl.recipe` with the rung's `set` applied; a replica `RUNG-sK` has its rung's recipe."""
-    rung = split_replica(item)[0]
-    return apply_rung(get(params, "rl.recipe"), get(params, f"rl.rungs.{rung}"), rung)
-
-
-def rung_threads(params: Mapping[str, Any], item: str) -> int:
-    """Cores a rung (or its replica `RUNG-sK`) uses: the larger of its recipe's `torch_threads` and
-    `numba_threads` (`rl.recipe` with the rung's `set` applied). The two phases run one after another, so
-    one rung never uses more cores than the larger budget."""
-    recipe = _rung_recipe(params, item)
-    return max(recipe.torch_threads, recipe.numba_threads)
-
-
-# A DoRA step of the tiny policy costs about 1.5 LoRA steps (5.72 against 3.71 s median a step, the two
-# rungs side by side in one `make run`, docs/results.md). Only the order of the rungs depends on it.
-DORA_STEP_COST = 1.5
 RUNG_PRIORITY = 10          # training priorities lie in 0..RUNG_PRIORITY; probe and books lie above them
 
 
-def rung_cost(params: Mapping[str, Any], item: str) -> float:
-    """A rung's (or replica's) expected training time in LoRA steps: its recipe's steps, DoRA ones weighted."""
-    recipe = _rung_recipe(params, item)
-    return recipe.steps * (DORA_STEP_COST if recipe.adapter == "dora" else 1.0)
+def rung_threads(params: Mapping[str, Any], item: str) -> int:
+    """Cores a rung (or its replica `RUNG-sK`) uses (`ResolvedRung.threads`)."""
+    return resolve_rung(params, item).threads
 
 
 def rung_priority(params: Mapping[str, Any], item: str) -> int:
     """A rung's training priority, 0..RUNG_PRIORITY, in proportion to its expected time: the longest rungs
     start first. Snakemake fills the free cores with the ready rungs in this order, so the long (DoRA) rungs
     do not end up running alone at the end of the ladder (longest-processing-time-first scheduling)."""
-    costs = [rung_cost(params, i) for i in _items(params, RUNGS)]
-    return round(RUNG_PRIORITY * rung_cost(params, item) / max(costs, default=1.0))
+    costs = [resolve_rung(params, i).cost for i in _items(params, RUNGS)]
+    return round(RUNG_PRIORITY * resolve_rung(params, item).cost / max(costs, default=1.0))
 
 
 def expand(stage: Stage, item: str, params_item: str | None = None,

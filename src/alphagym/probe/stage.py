@@ -18,15 +18,17 @@ from alphagym.artifacts import write_parquet
 from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.generate import read_briefs
 from alphagym.panel import Panel
+from alphagym.params import resolve_rung
 from alphagym.probe.probe import answer_rows, holdout_phase, holdout_table, train_table
 from alphagym.probe.select import select_checkpoint
-from alphagym.rl.checkpoints import at_checkpoint, list_checkpoints, rung_recipe, set_threads, sft_base
+from alphagym.rl.checkpoints import at_checkpoint, list_checkpoints, set_threads, sft_base
 from alphagym.tracking import StageRun
 from alphagym.verifier.verifier import Verifier
 
 
 def probe(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun, item: str) -> dict[str, Any]:
-    rung_name, _, recipe = rung_recipe(params, item)
+    resolved = resolve_rung(params, item)
+    rung_name, recipe = resolved.name, resolved.recipe.model_dump()
     rung = params["rl"]["rungs"][rung_name]
     set_threads(recipe)
     for k, v in (("rung", rung_name), ("parent", rung["parent"]), ("change", rung["change"]), ("item", item)):

@@ -1,5 +1,5 @@
-"""What the train and probe stages both need of a rung: its recipe and thread budget, the SFT policy it
-starts from, and its checkpoints read back as policies.
+"""What the train and probe stages both need of a rung besides its recipe (`alphagym.params.resolve_rung`):
+its thread budget applied, the SFT policy it starts from, and its checkpoints read back as policies.
 
 A rung trains an adapter on top of its SFT policy (with an SFT adapter merged in, as `build_trainer` does),
 so a checkpoint is that adapter alone: it is loaded onto the SFT policy rebuilt the same way. Step 0 is the
@@ -20,21 +20,12 @@ from safetensors import SafetensorError
 
 from alphagym.artifacts import MANIFEST, read_json, verify_manifest
 from alphagym.errors import ArtifactError, PolicyError
-from alphagym.params import apply_rung
-from alphagym.pipeline import split_replica
 from alphagym.policy.model import META, Policy, base_fingerprint, load_policy, set_decoding
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d{6})$")
 # what a checkpoint the probe reads must hold (`Trainer.save_checkpoint` writes these and more); a folder
 # without one of them is incomplete
 REQUIRED = ("adapter_config.json", "adapter_model.safetensors", META, MANIFEST)
-
-
-def rung_recipe(params: Any, item: str) -> tuple[str, int, dict[str, Any]]:
-    """(rung, replica, recipe) of a family member `RUNG` or its seed replica `RUNG-sK`: `rl.recipe` with the
-    rung's `set` applied."""
-    rung, replica = split_replica(item)
-    return rung, replica, apply_rung(params["rl"]["recipe"], params["rl"]["rungs"][rung], rung).model_dump()
 
 
 def set_threads(recipe: Mapping[str, Any]) -> None:

@@ -25,9 +25,9 @@ from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.generate import read_briefs
 from alphagym.config import to_builtin
 from alphagym.panel import Panel
-from alphagym.pipeline import split_replica
+from alphagym.params import resolve_rung, split_replica
 from alphagym.policy.model import disable_dropout, wrap_adapter
-from alphagym.rl.checkpoints import rung_recipe, set_threads, sft_base
+from alphagym.rl.checkpoints import set_threads, sft_base
 from alphagym.rl.env import VerifierEnv
 from alphagym.rl.plots import curves_figure
 from alphagym.rl.trainer import Trainer
@@ -40,9 +40,10 @@ from alphagym.verifier.verifier import Verifier
 def build_trainer(params: Any, deps: dict[str, Path], item: str, work: Path | None,
                   log: Any = lambda m, s: None) -> Trainer:
     """The trainer of one rung, or of a seed replica `RUNG-sK` (the same rung with seed + K)."""
-    _, replica, recipe = rung_recipe(params, item)
+    rung = resolve_rung(params, item)
+    recipe = rung.recipe.model_dump()
     set_threads(recipe)
-    seed, cat = int(params["seed"]) + replica, load_catalogue()
+    seed, cat = rung.seed, load_catalogue()
     policy = sft_base(deps["policy"], params)
     torch.manual_seed(seed)
     adapter = {**dict(params["policy"]["adapter"]), "kind": recipe["adapter"]}
