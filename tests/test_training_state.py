@@ -360,3 +360,13 @@ def test_a_saved_policy_with_garbled_weights_is_named(sft_state, tmp_path):
     weights.write_bytes(bytes(data))
     with pytest.raises(PolicyError, match=r"differs from its manifest.*policy/base/model.safetensors"):
         load_policy(folder)
+
+
+def test_json_as_the_stages_write_it_reads_back(tmp_path):
+    """The stages write JSON with Python's json.dumps, whose metrics may be NaN: read back as written."""
+    p = tmp_path / "books.json"
+    p.write_text(json.dumps({"shipped_step": 4, "equal_weight": {"sharpe": float("nan")}}))
+    assert np.isnan(read_json(p, keys=("shipped_step",))["equal_weight"]["sharpe"])
+    log = tmp_path / "log.jsonl"
+    log.write_text(json.dumps({"step": 1, "kl": float("nan")}) + "\n")
+    assert np.isnan(read_jsonl(log, keys=("step",))[0]["kl"])

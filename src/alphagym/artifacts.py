@@ -37,11 +37,12 @@ def _exists(path: Path, what: str) -> None:
 
 
 def read_json(path: str | Path, *, keys: Iterable[str] = (), what: str = "JSON file") -> dict[str, Any]:
-    """A JSON object (strict: no NaN); `keys` must all be present."""
+    """A JSON object as Python writes it (NaN allowed: the stages' metrics can be NaN); `keys` must all be
+    present."""
     path = Path(path)
     _exists(path, what)
     try:
-        value = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_no_constant)
+        value = json.loads(path.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ArtifactError(path, f"{what} is not valid JSON (truncated or garbled?): {exc}") from None
     return _mapping(path, value, keys, what, "a JSON object")
@@ -55,10 +56,6 @@ def _mapping(path: Path, value: Any, keys: Iterable[str], what: str, kind: str) 
     if missing:
         raise ArtifactError(path, f"{what} lacks {', '.join(map(repr, missing))}")
     return value
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def read_jsonl(path: str | Path, *, keys: Iterable[str] = (), what: str = "JSON-lines file") -> list[dict[str, Any]]:
@@ -75,7 +72,7 @@ def read_jsonl(path: str | Path, *, keys: Iterable[str] = (), what: str = "JSON-
         if not line.strip():
             continue
         try:
-            row = json.loads(line, parse_constant=_no_constant)
+            row = json.loads(line)
         except ValueError as exc:
             raise ArtifactError(path, f"{what}, line {n}: not valid JSON (truncated or garbled?): {exc}") from None
         if not isinstance(row, dict) or any(k not in row for k in keys):

@@ -14,9 +14,9 @@ stage among its outputs, is not removed here, and the stage empties it once it h
 One stage runs once at a time on one results folder: `run_stage` holds an advisory lock per stage key
 (`<results>/.locks/<key>.lock`, released by the kernel when the process dies), and a second run of the same
 stage stops with a `StageBusyError` naming the holder's pid. Snakemake keeps a second Snakemake run off the
-same outputs with lock files of its own; this lock covers the CLI as well (`alphagym train --rung X` twice). Staging folders left by a killed
-run (SIGKILL, power loss) are removed by the next run of any stage: a folder whose stage's lock is free has
-no living owner.
+same outputs with lock files of its own; this lock covers the CLI as well (`alphagym train --rung X`
+twice). Staging folders left by a killed run (SIGKILL, power loss) are removed by the next run of any
+stage: a folder whose stage's lock is free has no living owner.
 """
 
 from __future__ import annotations
