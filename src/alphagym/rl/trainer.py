@@ -309,7 +309,7 @@ class Trainer:
 
     def _differences(self, state: Mapping[str, Any]) -> str:
         """The recipe keys (and seed) on which a checkpoint's run and this one differ, with both values."""
-        theirs, ours = state.get("recipe"), {k: v for k, v in to_builtin(self.cfg).items()}
+        theirs, ours = state.get("recipe"), to_builtin(self.cfg)
         if not isinstance(theirs, dict):
             return f"config {state['config_hash']} there, {self.hash} here"
         diffs = [f"{k}={theirs.get(k)!r} there, {ours.get(k)!r} here" for k in sorted(set(theirs) | set(ours))
