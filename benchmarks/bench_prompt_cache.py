@@ -1,5 +1,5 @@
 """What running a repeated prompt once buys the two torch phases of an RL step, measured in one process
-against the reference in that process: sampling a group's answers (`Policy._prompt_cache`: each distinct
+against the reference in that process: sampling a group's answers (`Policy._prefill`: each distinct
 prompt's forward once, every answer decoded from its cache) and one update pass, forward and backward
 (`Policy._grouped_logits`), each with `Policy.share_prompts` on (the default) and off (every answer runs its
 whole prompt; the update still shares the system turn), alternating on/off every round so a drifting VM or a

@@ -7,7 +7,7 @@ timed steps; medians and p90s per part, never best-of, and the share of the step
 `--set` takes params overrides (e.g. `--set rl.policy=smollm2`); `--sampling adapter` samples through the
 unmerged adapter (the reference for the merged copy the trainer samples with); `--prompts each` runs every
 answer's whole prompt when sampling and in the reference and update passes (`Policy.share_prompts` off: the
-reference for `_prompt_cache` and `_grouped_logits`, which run a repeated prompt once per group). Each thread
+reference for `_prefill` and `_grouped_logits`, which run a repeated prompt once per group). Each thread
 budget runs in a fresh trainer (same seed, so the same briefs and answers up to the thread-dependent float rounding).
 Last lines: `rl_step_<part>_<median|p90>=<seconds>` for the first budget, the mean share of answers whose score
 card came from the verifier's cache (`rl_step_cache_hit_rate`), and the projected rung hours.

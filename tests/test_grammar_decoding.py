@@ -14,6 +14,7 @@ from alphagym.dsl.parser import Limits, parse
 from alphagym.dsl.prefix import PrefixChecker
 from alphagym.dsl.printer import plain
 from alphagym.policy.corpus import candidates
+from alphagym.policy.decode import gumbel_keys
 from alphagym.policy.grammar import GrammarSampler, steered_share
 from alphagym.policy.model import build_policy
 
@@ -167,11 +168,11 @@ def test_sampler_draws_from_the_renormalised_viable_distribution():
     """After `<alpha>rank(`, 'x' and ')' and '<alpha>' are not viable; the draws follow the model's
     probabilities over the rest, renormalised (Gumbel top-k = sampling without replacement)."""
     tok = _Tok()
-    s = GrammarSampler(tok, PrefixChecker(), prompt_len=0, temperature=1.0)
+    s = GrammarSampler(tok, PrefixChecker())
     logits = torch.log(torch.tensor([0.05, 0.05, 0.3, 0.1, 0.2, 0.2, 0.1, 0.0, 0.0]) + 1e-12)
-    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
     n = 6000
-    draws = np.bincount([s.choose([0, 3], logits.clone()) for _ in range(n)], minlength=9) / n
+    draws = np.bincount([s.choose([0, 3], gumbel_keys(logits, 1.0, gen)) for _ in range(n)], minlength=9) / n
     allowed = {2: 0.3, 3: 0.1, 6: 0.1}          # close, rank(, open
     total = sum(allowed.values())
     for t, p in allowed.items():
@@ -181,7 +182,7 @@ def test_sampler_draws_from_the_renormalised_viable_distribution():
     # the first candidate is a draw from the model: refused with the model's mass on refused tokens (0.5)
     assert abs(steered_share(s.stats) - 0.5) < 0.03 and s.stats["steered"] <= s.stats["rejections"]
     # greedy: the most likely viable token
-    g = GrammarSampler(tok, PrefixChecker(), prompt_len=0, temperature=0.0)
+    g = GrammarSampler(tok, PrefixChecker())
     assert g.choose([0, 3], logits) == 2
     assert g.choose([0, 3, 2, 4], logits) == 1          # after a complete formula: close the tag ...
     assert g.choose([0, 3, 2, 4, 1], logits) == tok.eos_token_id   # ... then only the end token
@@ -241,9 +242,9 @@ def test_a_dead_end_is_finished_with_the_shortest_completion():
                and CHECK.state(text + tok.decode([t], skip_special_tokens=True)) == "dead")
     scores = torch.full((1, len(tok)), -1e9)
     scores[0, bad] = 0.0                        # the model's one candidate kills the answer: scan 1 dead-ends
-    s = GrammarSampler(tok, CHECK, prompt_len=0, temperature=0.0, scan=1)
+    s = GrammarSampler(tok, CHECK, scan=1)
     for _ in range(40):
-        nxt = int(s(torch.tensor([ids]), scores)[0].argmax())
+        nxt = s.pick(0, ids, scores[0])            # the answer so far is the whole row
         ids.append(nxt)
         if nxt == tok.eos_token_id:
             break
@@ -262,7 +263,7 @@ def test_appending_a_tokens_text_equals_decoding_the_row(monkeypatch):
     pol = _untrained_tiny(40)
     tok = pol.tokenizer
     assert grammar.concatenates(tok)
-    sampler = GrammarSampler(tok, PrefixChecker(), prompt_len=0, temperature=1.0)
+    sampler = GrammarSampler(tok, PrefixChecker())
     ascii_ids = [i for i in range(len(tok)) if sampler._piece(i) is not None]
     assert len(ascii_ids) > 150
     rng = random.Random(0)
@@ -280,3 +281,22 @@ def test_appending_a_tokens_text_equals_decoding_the_row(monkeypatch):
     slow = pol.generate(["Design an alpha."], n=8, temperature=1.0, seed=3)
     slow_stats = {k: v - fast_stats[k] for k, v in pol.decode_stats.items()}     # the policy's counts add up
     assert fast == slow and slow_stats == fast_stats and fast_stats["rejections"] > 1000
+
+
+def test_the_watch_spacing_writes_what_a_search_at_every_token_writes(monkeypatch):
+    """From half the budget on, the sampler searches an answer's completion only as often as its slack
+    requires (`GROWTH`): an untrained policy, which rambles into the watch on most answers, writes the same
+    answers with the same counts as with a search at every token, with fewer searches."""
+    import alphagym.policy.grammar as grammar
+
+    pol = _untrained_tiny(96)
+    pol.grammar = PrefixChecker(Limits())
+    spaced = [pol.generate(["Design an alpha."], n=8, temperature=1.0, seed=s) for s in range(4)]
+    stats_spaced = dict(pol.decode_stats)
+    pol.decode_stats.clear()
+    monkeypatch.setattr(grammar, "GROWTH", 10**6)            # slack // 10**6 = 0: a search at every token
+    every = [pol.generate(["Design an alpha."], n=8, temperature=1.0, seed=s) for s in range(4)]
+    assert spaced == every
+    searches = stats_spaced.pop("watch_searches"), pol.decode_stats.pop("watch_searches")
+    assert stats_spaced == pol.decode_stats and stats_spaced["forced"] >= 8
+    assert searches[1] > 1.3 * searches[0] > 0, searches          # 472 against 335 when written

@@ -128,30 +128,32 @@ def test_sampling_from_a_shared_prompt_cache_equals_sampling_each_prompt(decodin
     pos = (att.cumsum(-1) - 1).masked_fill(att == 0, 0)
     model = pol.sampling_model()
     with torch.no_grad():
-        cache = pol._prompt_cache(model, chunk, enc)
-        last = model(input_ids=enc["input_ids"][:, -1:], attention_mask=att, position_ids=pos[:, -1:],
-                     cache=cache).logits[:, -1]
         full = model(**enc, position_ids=pos).logits[:, -1]
-    torch.testing.assert_close(last, full, atol=1e-5, rtol=1e-5)
+        for share, batch in ((True, 2), (False, 8)):       # shared: the two distinct prompts run once
+            pol.share_prompts = share
+            runs = []
+            logits, cache = pol._prefill(lambda runs=runs, **kw: runs.append(kw["input_ids"].shape[0]) or model(**kw),
+                                         chunk, enc)
+            assert runs == [batch]
+            assert cache.get_seq_length() == enc["input_ids"].shape[1] and cache.layers[0].keys.shape[0] == 8
+            torch.testing.assert_close(logits, full, atol=1e-5, rtol=1e-5)
+        pol.share_prompts = True
     assert not torch.allclose(full[0], full[-1], atol=1e-4)      # the two prompts' logits differ
-    caches = []
-    run_cache = pol._prompt_cache
+    rows = []
+    run_prefill = pol._prefill
 
-    def spy(*a):
-        cache = run_cache(*a)
-        caches.append(None if cache is None else cache.get_seq_length())     # generate then extends it
-        return cache
+    def spy(model, chunk, enc):
+        rows.append(len(chunk))
+        return run_prefill(model, chunk, enc)
 
-    pol._prompt_cache = spy
+    pol._prefill = spy
     for temperature, seed in ((1.0, 3), (1.0, 4), (0.0, 0)):
         shared = pol.generate(briefs, n=4, temperature=temperature, seed=seed)
-        assert caches[-1] == max(lengths) - 1          # every prompt token but the last
         pol.share_prompts = False
         assert shared == pol.generate(briefs, n=4, temperature=temperature, seed=seed), (temperature, seed)
-        assert caches[-1] is None
         pol.share_prompts = True
+    assert rows == [8] * 6
     assert len({a for g in shared for a in g}) >= 1
-    assert pol.generate(briefs, n=1, seed=1) and caches[-1] is None      # nothing repeats: no cache
 
 
 def test_disable_dropout_makes_two_train_mode_passes_agree():

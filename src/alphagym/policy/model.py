@@ -31,7 +31,6 @@ from transformers import (
     AutoTokenizer,
     LlamaConfig,
     LlamaForCausalLM,
-    LogitsProcessorList,
     PreTrainedTokenizerBase,
 )
 
@@ -39,6 +38,7 @@ from alphagym.artifacts import MANIFEST, verify_manifest, write_manifest
 from alphagym.dsl.parser import Limits
 from alphagym.dsl.prefix import PrefixChecker
 from alphagym.errors import ArtifactError, PolicyError
+from alphagym.policy.decode import decode_rows, sample
 from alphagym.policy.grammar import GrammarSampler
 
 META = "alphagym_policy.json"
@@ -198,8 +198,10 @@ class Policy:
     grammar: PrefixChecker | None = None       # set: grammar-constrained decoding (`set_decoding`)
     decode_stats: dict[str, int] = field(default_factory=dict)   # the grammar sampler's draws, rejections
     base_model: str = ""                       # `hf`: the base's folder, written into every save of the policy
-    # run a repeated prompt once (`_prompt_cache`, `_grouped_logits`); off: the reference the benchmarks time
+    # run a repeated prompt once (`_prefill`, `_grouped_logits`); off: the reference the benchmarks time
     share_prompts: ClassVar[bool] = True
+    # the sampling loop's forward (`decode.sample`): 'auto', or 'model' (the reference the tests compare with)
+    stepper: ClassVar[str] = "auto"
     _prefix_ids: list[int] | None = field(default=None, init=False, repr=False)
 
     @property
@@ -222,9 +224,10 @@ class Policy:
     @torch.no_grad()
     def generate(self, briefs: Sequence[str], n: int = 1, temperature: float = 1.0, seed: int = 0,
                  progress: Callable[[Iterable[int]], Iterable[int]] | None = None) -> list[list[str]]:
-        """`n` answers per brief. temperature 0 is greedy. Same seed, same answers (per micro-batch draws
-        follow one seeded generator, so the result does not depend on the machine's thread count).
-        `progress` wraps the micro-batches (e.g. a tqdm bar)."""
+        """`n` answers per brief. temperature 0 is greedy. Same seed, same answers: each micro-batch draws
+        its noise from a generator seeded from `seed` (`decode.sample`), whatever the machine's thread
+        count, and the process's global random state is left alone. `progress` wraps the micro-batches
+        (e.g. a tqdm bar)."""
         for b in briefs:
             if not isinstance(b, str) or not b.strip():
                 raise PolicyError(f"empty brief at position {list(briefs).index(b)}")
@@ -237,41 +240,39 @@ class Policy:
         for i in (progress(starts) if progress is not None else starts):
             chunk = prompts[i:i + self.micro_batch]
             enc = self.tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
-            torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
-            processors = LogitsProcessorList()
+            noise = torch.Generator().manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
             sampler = None
             if self.grammar is not None:
-                sampler = GrammarSampler(self.tokenizer, self.grammar, enc["input_ids"].shape[1], temperature,
-                                         self.max_new_tokens)
-                processors.append(sampler)
-            ids = model.generate(
-                **enc, cache=self._prompt_cache(model, chunk, enc),
-                max_new_tokens=self.max_new_tokens, do_sample=temperature > 0,
-                temperature=temperature if temperature > 0 else None, top_k=0 if temperature > 0 else None,
-                top_p=1.0 if temperature > 0 else None, pad_token_id=self.tokenizer.pad_token_id,
-                eos_token_id=self.tokenizer.eos_token_id, logits_processor=processors)
+                sampler = GrammarSampler(self.tokenizer, self.grammar, self.max_new_tokens)
+            rows = sample(model, lambda chunk=chunk, enc=enc: self._prefill(model, chunk, enc), enc["attention_mask"],
+                          self.max_new_tokens, self.tokenizer.eos_token_id, temperature, noise, sampler,
+                          stepper=self.stepper)
             if sampler is not None:
                 for k, v in sampler.stats.items():
                     self.decode_stats[k] = self.decode_stats.get(k, 0) + v
-            out += self.tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+            out += decode_rows(self.tokenizer, rows)
         return [out[k * n:(k + 1) * n] for k in range(len(briefs))]
 
-    def _prompt_cache(self, model: Any, chunk: Sequence[str], enc: Mapping[str, torch.Tensor]) -> Any:
-        """The key/value cache of a micro-batch's prompts but their last token, each distinct prompt run once
-        (`n` answers a brief repeat it n times), for `generate` to start from; None when fewer than half the
-        prompts repeat (the extra call would cost more than it saves). The rows are padded as in the whole
-        micro-batch, so positions and mask are `generate`'s own. Same logits up to float rounding (a test
-        checks the same seeded answers); on the default RL batch the prompts' forward takes 0.04 s instead of
-        0.3 s on the tiny policy, and sampling as a whole 1.17x less time (BENCHMARKS.md)."""
+    def _prefill(self, model: Any, chunk: Sequence[str], enc: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
+        """The logits of each prompt's last position (batch, vocab) and the key/value cache of the
+        micro-batch's prompts, left-padded as in `enc`. Each distinct prompt runs once when at least half of
+        them repeat (`n` answers a brief), its cache and logits then selected over the batch: on the default
+        RL batch the prompts' forward takes 0.04 s instead of 0.3 s on the tiny policy. Same numbers up to
+        float rounding (a test checks the same seeded answers)."""
         order = list(dict.fromkeys(chunk))
-        if not self.share_prompts or 2 * len(order) > len(chunk) or enc["input_ids"].shape[1] < 2:
-            return None
-        first = torch.tensor([chunk.index(p) for p in order], device=self.device)
-        ids, att = enc["input_ids"][first, :-1], enc["attention_mask"][first, :-1]
-        pos = (att.cumsum(-1) - 1).masked_fill(att == 0, 0)        # as `generate` derives them
+        ids, att = enc["input_ids"], enc["attention_mask"]
+        select = None
+        if self.share_prompts and 2 * len(order) <= len(chunk):
+            first = torch.tensor([chunk.index(p) for p in order], device=self.device)
+            ids, att = ids[first], att[first]
+            select = torch.tensor([order.index(p) for p in chunk], device=self.device)
+        pos = (att.cumsum(-1) - 1).masked_fill(att == 0, 0)
         out = model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True, logits_to_keep=1)
-        out.cache.batch_select_indices(torch.tensor([order.index(p) for p in chunk], device=self.device))
-        return out.cache
+        logits, cache = out.logits[:, -1].float(), out.cache
+        if select is not None:
+            cache.batch_select_indices(select)
+            logits = logits[select]
+        return logits, cache
 
     def sampling_model(self) -> Any:
         """The module `generate` decodes with: for an adapter on unquantised weights on the CPU, a copy with the
