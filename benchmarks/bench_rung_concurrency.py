@@ -6,7 +6,8 @@ to `filter` first): `--warmup` untimed steps, then `--steps` timed ones, medians
 never best-of. "alone": `--rung` with torch:numba threads `--alone` (default 2:2). "pair": the same rung
 and a replica under another seed (so the two do not run in lockstep), both at `--pair` (default 1:1),
 started together. Throughput = rung steps finished per minute by the whole machine (2 / median step for
-the pair). The conditions alternate `--rounds` times (alone, pair, alone, pair, ...).
+the pair). The conditions alternate `--rounds` times (alone, pair, alone, pair, ...); each process's
+median (p90) of each phase (generation, scoring, reference, update) is printed with its round.
 Last lines: `pair_vs_alone_throughput_<median|p90>=<ratio>`; above 1 means two rungs at once finish the
 ladder sooner.
 """
@@ -24,6 +25,7 @@ import numpy as np
 from common import ROOT
 
 BENCH = ROOT / "benchmarks" / "bench_rl_step.py"
+PARTS = ("time/generation", "time/scoring", "time/reference", "time/update")
 
 
 def _launch(rung: str, budget: str, steps: int, warmup: int, sets: list[str]) -> subprocess.Popen:
@@ -68,6 +70,9 @@ def main() -> int:
         print(f"round {r + 1} pair ({args.pair} each): steps "
               + ", ".join(f"{b['step_time'][0]:.2f} s (p90 {b['step_time'][1]:.2f})" for b in both)
               + f", wall {pair[-1][1]:.0f} s", flush=True)
+        for name, b in (("alone", res), *((f"pair {i + 1}", x) for i, x in enumerate(both))):
+            print(f"  {name} phases, median (p90) s: " + ", ".join(
+                f"{k.split('/')[-1]} {b[k][0]:.2f} ({b[k][1]:.2f})" for k in PARTS), flush=True)
     a_med = float(np.median([a[0][0] for a in alone]))
     a_p90 = float(np.median([a[0][1] for a in alone]))
     p_med = float(np.median([s[0] for p in pair for s in p[0]]))

@@ -52,18 +52,18 @@ class LlamaDecoder:
         if type(model) is not LlamaForCausalLM:
             return False
         c = model.config
-        rope = getattr(c, "rope_parameters", None) or {"rope_type": "default"}
+        rope = c.rope_parameters or {"rope_type": "default"}
         plain = all(p.dtype in (torch.float32, torch.float64, torch.bfloat16) and p.device.type == "cpu"
                     for p in model.parameters())
         return (plain and rope.get("rope_type", "default") == "default" and c.hidden_act == "silu"
-                and not c.attention_bias and not c.mlp_bias and getattr(c, "pretraining_tp", 1) == 1)
+                and not c.attention_bias and not c.mlp_bias and c.pretraining_tp == 1)
 
     def __init__(self, model: LlamaForCausalLM) -> None:
         c = model.config
         self.heads, self.kv_heads = c.num_attention_heads, c.num_key_value_heads
-        self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        self.head_dim = c.head_dim
         self.eps = c.rms_norm_eps
-        theta = float((getattr(c, "rope_parameters", None) or {}).get("rope_theta", getattr(c, "rope_theta", 1e4)))
+        theta = float(c.rope_parameters["rope_theta"])
         self.inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim))
         self.scale = self.head_dim ** -0.5
         self.layers = []
