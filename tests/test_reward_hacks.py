@@ -7,7 +7,7 @@ import pytest
 
 from alphagym.config import load_params
 from alphagym.dsl.random_formula import random_formula
-from alphagym.engine.book import forward_open_returns, gross_pnl, weights_from_signal
+from alphagym.engine.book import forward_open_returns, gross_pnl, leg_names, weights_from_signal
 from alphagym.verifier.verifier import Verifier
 
 P = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
@@ -29,6 +29,26 @@ def test_static_book_is_invalid(verifier):
     c = verifier.score("rank(ts_mean(close, 126))")        # a price-level tilt that hardly trades
     assert c.metrics["turnover"] < 0.02
     assert not c.valid and c.error_type == "static_book"
+
+
+def test_a_book_that_is_one_stock_is_invalid(verifier):
+    """`sign(rank(X) * rank(X))` is 1 for every stock but the lowest-ranked one: demeaned, a short in a single
+    name. It trades and would score valid; the concentration rule refuses it. `rank(X)` itself holds about
+    17 names on each leg and stays valid."""
+    x = "ts_max(volume / ts_mean(volume, 17), 20)"
+    c = verifier.score(f"sign(rank({x}) * rank({x}))")
+    assert not c.valid and c.error_type == "concentrated_book", (c.error_type, c.reason)
+    assert c.metrics["leg_names"] < 1.5 and c.metrics["turnover"] > 0.1
+    ok = verifier.score(f"rank({x})")
+    assert ok.valid and ok.metrics["leg_names"] > 10
+
+
+def test_leg_names_counts_the_thinner_leg():
+    w = np.array([[0.25, 0.25, -0.5, 0.0],             # long 2 names, short 1
+                  [0.25, 0.25, -0.25, -0.25],          # 2 and 2
+                  [0.1, 0.4, -0.25, -0.25],            # long (0.5)^2 / 0.17 = 1.47 names
+                  [0.0, 0.0, 0.0, 0.0]])               # flat: no leg
+    np.testing.assert_allclose(leg_names(w), [1.0, 2.0, 0.25 / 0.17, 0.0])
 
 
 def test_jittered_template_shares_a_canonical_form_and_pays(verifier):

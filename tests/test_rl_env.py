@@ -40,8 +40,9 @@ def test_cached_scores_equal_uncached_after_the_archive_changed(sim_panels, tmp_
         cached.commit(a)
         plain.commit(b)
         assert len(cached.verifier.archive) == n + sum(s.valid for s in a)
-    assert cached.verifier.cache_hits == 1 + len(ANSWERS)     # the repeated answer in round 1, then all
-    assert rates == [1 / len(ANSWERS), 1.0]                    # per step, as the trainer logs it
+    # the repeated answer in round 1, then all but the one that does not parse (parsing it is its scoring)
+    assert cached.verifier.cache_hits == 1 + len(ANSWERS) - 1
+    assert rates == [1 / len(ANSWERS), 1 - 1 / len(ANSWERS)]   # per step, as the trainer logs it
     assert plain.step_metrics() == {"verifier/cache_hit_rate": 0.0}
     # the second round saw its own first-round answers in the archive: novelty fell
     assert a[1].channels["novelty_pnl"] < 0.1
@@ -56,3 +57,21 @@ def _briefs(params, cat):
     from alphagym.briefs.generate import generate
 
     return generate(cat, params["briefs"], int(params["seed"]))[0][:1]
+
+
+def test_the_card_cache_is_keyed_by_the_parsed_formula(sim_panels):
+    """Answers that differ only in spacing, letter case or redundant parentheses are one formula: the second
+    is scored from the first's card, with its own text, and equals its uncached score; another window is
+    another formula."""
+    params = load_params(ROOT / "params.yaml")
+    v, plain = Verifier(sim_panels[0], params), Verifier(sim_panels[0], params)
+    v.enable_cache(10)
+    a = v.score_one("<alpha>rank(-ts_delta(close, 5))</alpha>", answer=True)
+    b_text = "<alpha> Rank( -TS_DELTA( close ,5 ) ) </alpha>"
+    b = v.score_one(b_text, answer=True)
+    assert v.cache_hits == 1 and v.cache_lookups == 2
+    assert b.text == b_text and b.formula != a.formula and b.timings["evaluate"] == 0.0
+    ref = plain.score_one(b_text, answer=True)
+    assert b.channels == ref.channels and b.metrics == ref.metrics and b.canonical == ref.canonical
+    v.score_one("<alpha>rank(-ts_delta(close, 6))</alpha>", answer=True)
+    assert v.cache_hits == 1 and v.cache_lookups == 3

@@ -227,6 +227,9 @@ class Dsl(Section):
 class Book(Section):
     min_valid_stocks: Annotated[int, Field(ge=2)] = Field(description="fewer valid signals: a flat day")
     max_flat_share: Share = Field(description="flat on more than this share of days: invalid")
+    min_leg_names: Annotated[float, Field(ge=0)] = Field(
+        description="a book whose thinner leg holds fewer effective names (participation ratio, median over "
+                    "its days; engine.book.leg_names) is invalid: concentrated")
 
 
 class TrainCosts(Section):

@@ -14,17 +14,18 @@ import multiprocessing
 import time
 from collections import OrderedDict
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
 
 from alphagym.dsl.answer import extract
+from alphagym.dsl.ast import Node
 from alphagym.dsl.canonical import canonical, fields_used, node_count
 from alphagym.dsl.errors import AnswerTagError, DslError
 from alphagym.dsl.evaluate import is_rank_root
 from alphagym.dsl.parser import Limits, lookback, parse
-from alphagym.engine.book import Book, market_forward
+from alphagym.engine.book import Book, leg_names, market_forward
 from alphagym.engine.scorer import BookScorer, span_scorers
 from alphagym.errors import DataError
 from alphagym.panel import Panel
@@ -118,15 +119,18 @@ class Verifier:
                                                          self.cfg["jepa_stress"]["sessions"],
                                                          int(params["dsl"]["limits"]["max_lookback"]))
         self.stress_worlds = stress_worlds or {}
-        self._cache: OrderedDict[tuple[str, bool], ScoreCard] = OrderedDict()
+        self._cache: OrderedDict[tuple[Node, bool], ScoreCard] = OrderedDict()
         self.cache_size = 0
         self.cache_hits = 0
         self.cache_lookups = 0
 
     def enable_cache(self, size: int) -> None:
-        """Keep the last `size` answers' score cards. Everything in a card but the novelty channels depends
-        only on the answer text and the panel, so a repeated answer skips evaluation and books; its novelty
-        channels are recomputed against the archive as it is now (so results equal an uncached score)."""
+        """Keep the score cards of the last `size` distinct formulas, keyed by the parsed formula (its syntax
+        tree: answers that differ only in spacing, letter case, aliases, redundant parentheses or the text
+        around the tags share one) and whether the answer carried reasoning. Everything in a card but the
+        novelty channels depends only on that tree and the panel, so a repeat skips evaluation, books and
+        the stress worlds; its novelty channels are recomputed against the archive as it is now (so results
+        equal an uncached score, which a test checks)."""
         self.cache_size = int(size)
         self._cache.clear()
 
@@ -143,23 +147,7 @@ class Verifier:
     def score_one(self, text: str, answer: bool = False) -> ScoreCard:
         """All per-answer channels; group-level ones (pbo, novelty_syntax's group term) default to a group
         of one. Use score_group for groups."""
-        if not self.cache_size:
-            return self._score_one(text, answer)
-        key = (text, answer)
-        self.cache_lookups += 1
-        hit = self._cache.get(key)
-        if hit is None:
-            card = self._score_one(text, answer)
-            self._cache[key] = copy.deepcopy(card)
-            if len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
-            return card
-        self._cache.move_to_end(key)
-        self.cache_hits += 1
-        card = copy.deepcopy(hit)
-        if card.valid and self.window == "train":
-            self._novelty(card)
-        return card
+        return self._score_one(text, answer)
 
     def _novelty(self, card: ScoreCard) -> None:
         """R8 and R9's per-answer part against the archive as it is now (the motif guard keeps them <= 0)."""
@@ -173,6 +161,7 @@ class Verifier:
 
     def _score_one(self, text: str, answer: bool) -> ScoreCard:
         t0 = time.perf_counter()
+        self.cache_lookups += bool(self.cache_size)       # every answer: the hit rate is a share of answers
         card = ScoreCard(text, None, None, True, None, None, _zero_channels(), {}, {}, {})
         reasoning = False
         formula = text
@@ -185,6 +174,29 @@ class Verifier:
         card.formula = formula
         try:
             ast = parse(formula, self.limits)
+        except DslError as exc:
+            return self._invalid(card, "invalid_score", str(exc), exc.rule)
+        if not self.cache_size:
+            return self._score_parsed(card, ast, reasoning, t0)
+        key = (ast, reasoning)
+        hit = self._cache.get(key)
+        if hit is None:
+            card = self._score_parsed(card, ast, reasoning, t0)
+            self._cache[key] = copy.deepcopy(card)
+            if len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+            return card
+        self._cache.move_to_end(key)
+        self.cache_hits += 1
+        card = replace(copy.deepcopy(hit), text=text, formula=formula)
+        card.timings = {"parse": (time.perf_counter() - t0) * 1e3, "evaluate": 0.0, "book_and_channels": 0.0}
+        if card.valid and self.window == "train":
+            self._novelty(card)
+        return card
+
+    def _score_parsed(self, card: ScoreCard, ast: Node, reasoning: bool, t0: float) -> ScoreCard:
+        """Everything after the parse: evaluation, book, channels (the part the card cache keeps)."""
+        try:
             card.canonical = canonical(ast, self.buckets)
             card.nodes = node_count(ast)
             t1 = time.perf_counter()
@@ -192,7 +204,7 @@ class Verifier:
         except DslError as exc:
             return self._invalid(card, "invalid_score", str(exc), exc.rule)
         except Exception as exc:  # noqa: BLE001 -- untrusted input must not escape as an untyped error
-            log.error("evaluator bug on %r: %s: %s", formula, type(exc).__name__, exc, exc_info=True)
+            log.error("evaluator bug on %r: %s: %s", card.formula, type(exc).__name__, exc, exc_info=True)
             return self._invalid(card, "invalid_score", f"evaluator error on this formula ({type(exc).__name__}:"
                                  f" {exc}); a bug of the evaluator, not of the answer", EVALUATOR_ERROR)
         t2 = time.perf_counter()
@@ -211,6 +223,13 @@ class Verifier:
         if mean_turnover < self.cfg["min_turnover"]["invalid_below"]:
             return self._invalid(card, "degenerate_score", f"turnover {mean_turnover:.2%}/day is below "
                                  f"{self.cfg['min_turnover']['invalid_below']:.0%}: a static book", "static_book")
+        live = ~book.flat[:-2][rows]
+        names = float(np.median(leg_names(book.weights[:-2][rows][live]))) if live.any() else 0.0
+        metrics["leg_names"] = names
+        if names < bcfg["min_leg_names"]:
+            return self._invalid(card, "degenerate_score", f"its thinner leg holds {names:.1f} effective names "
+                                 f"(median over its days; limit {bcfg['min_leg_names']:g}): a concentrated book, "
+                                 "not a cross-sectional bet", "concentrated_book")
         # R1 CPCV on the net P&L
         cpcv, test_sr, in_sr = self.scorer.cpcv_sharpes(net)
         card.pnl, card.test_sharpes, card.insample_sharpes = net, test_sr, in_sr
