@@ -43,6 +43,21 @@ def test_a_book_that_is_one_stock_is_invalid(verifier):
     assert ok.valid and ok.metrics["leg_names"] > 10
 
 
+def test_a_new_form_of_a_seen_book_earns_no_syntax_novelty(sim_panels):
+    """`rank(rank(X) * rank(X))` trades `rank(X)`'s book under another canonical form: once `rank(X)` is in
+    the archive, R9 pays it nothing (its P&L |corr| with the archived book is 1), while a form with its own
+    book still earns the bonus."""
+    x = "ts_max(volume / ts_mean(volume, 17), 20)"
+    v = Verifier(sim_panels[0], P)                 # an empty archive
+    first = v.score(f"rank({x})")
+    v.archive.add(first.pnl, first.canonical, "rank(X)")
+    same = v.score(f"rank(rank({x}) * rank({x}))")
+    assert same.canonical != first.canonical and same.max_corr > 0.99
+    assert same.channels["novelty_syntax"] == 0.0
+    other = v.score("rank(-ts_delta(log(close), 5))")
+    assert other.channels["novelty_syntax"] > 0.1
+
+
 def test_leg_names_counts_the_thinner_leg():
     w = np.array([[0.25, 0.25, -0.5, 0.0],             # long 2 names, short 1
                   [0.25, 0.25, -0.25, -0.25],          # 2 and 2

@@ -72,6 +72,7 @@ def test_novelty_channels():
     assert ch.novelty_syntax(0.5, False, 0, V["novelty_syntax"]) == pytest.approx(0.1)
     assert ch.novelty_syntax(0.5, True, 0, V["novelty_syntax"]) == 0.0
     assert ch.novelty_syntax(0.5, True, 3, V["novelty_syntax"]) == pytest.approx(-0.9)
+    assert ch.novelty_syntax(0.96, False, 0, V["novelty_syntax"]) == 0.0       # an unseen form, a seen book
 
 
 def test_complexity_and_format():

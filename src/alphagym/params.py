@@ -363,6 +363,9 @@ class NoveltyPnl(Section):
 class NoveltySyntax(Section):
     weight: NonNeg = Field(description="R9 for an unseen canonical form")
     same_group_penalty: float = Field(le=0, description="R9 for a form repeated within the group")
+    same_book_corr: Annotated[float, Field(gt=0, le=1)] = Field(
+        description="an unseen form whose train P&L has |corr| at least this with a book in the archive is the "
+                    "same bet: no R9 bonus")
 
 
 class MotifGuard(Section):

@@ -4,6 +4,18 @@ scored once on the holdout year.
 
 Two phases on purpose: `train_phase` builds the per-answer and per-checkpoint train tables, `select_checkpoint`
 picks the shipped step from them, `holdout_phase` adds the holdout columns afterwards.
+
+Counting bets, per checkpoint, over its greedy answers (one per holdout brief):
+- `families`: distinct formula families among the valid answers: canonical forms with windows bucketed
+  (`dsl.canonical`), merged where two forms' train P&L |corr| >= 0.95 (`rank(rank(X) * rank(X))` and
+  `rank(X)` are one book under two forms), the reference system's "formula families";
+- `holdout_mean_abs_corr`: mean pairwise |corr| of the holdout P&L of the answers valid on both windows;
+- `holdout_effective_bets`: the equal-weight book's effective number of bets, the participation ratio of the
+  eigenvalues of those answers' holdout P&L correlation matrix, (sum l)^2 / sum l^2 (`books.metrics.
+  effective_bets`: n independent answers give n, n copies of one give 1);
+- `capped_*`: the correlation-capped book (`books.metrics.capped_selection`, on train numbers only: train
+  CPCV order, `books.min_turnover`, |corr| of train P&L under `books.max_corr`): its size, holdout Sharpe
+  and effective bets.
 """
 
 from __future__ import annotations
@@ -14,18 +26,22 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from alphagym.books.metrics import beta_corr, sharpe, total_return
+from alphagym.books.metrics import beta_corr, capped_selection, effective_bets, sharpe, total_return
 from alphagym.briefs.catalogue import Catalogue
 from alphagym.briefs.compliance import BriefChecker
 from alphagym.verifier.verifier import Verifier
 
+SAME_BOOK = 0.95       # train P&L |corr| at or above which two canonical forms are one family
+
 
 def answer_rows(step: int, briefs: Sequence[Mapping[str, Any]], answers: Sequence[str], verifier: Verifier,
-                cat: Catalogue, tolerance: float) -> list[dict[str, Any]]:
-    """One row per (brief, answer) with its train-window card: validity, CPCV, turnover, compliance."""
-    rows = []
+                cat: Catalogue, tolerance: float) -> tuple[list[dict[str, Any]], list[np.ndarray | None]]:
+    """One row per (brief, answer) with its train-window card (validity, CPCV, turnover, compliance), and
+    each answer's train net P&L (None when invalid), in the same order."""
+    rows, pnls = [], []
     for b, a in zip(briefs, answers):
         c = verifier.score_group([a], answer=True, brief=BriefChecker(b, cat, tolerance))[0]
+        pnls.append(c.pnl if c.valid else None)
         rows.append({"step": step, "brief": b["id"], "family": b["family"], "answer": a, "formula": c.formula,
                      "canonical": c.canonical, "valid": c.valid, "reason": c.reason,
                      "compliance": float(c.metrics.get("compliance", 0.0)),
@@ -33,33 +49,79 @@ def answer_rows(step: int, briefs: Sequence[Mapping[str, Any]], answers: Sequenc
                      "train_cpcv": float(c.channels["cpcv"]),
                      "train_turnover": float(c.metrics.get("turnover", np.nan)) if c.valid else np.nan,
                      "train_sharpe": float(c.metrics.get("sharpe_net", np.nan)) if c.valid else np.nan})
-    return rows
+    return rows, pnls
 
 
-def train_table(answers: pd.DataFrame) -> pd.DataFrame:
-    """Per checkpoint: the selector (mean train CPCV over all answers), valid count, distinct canonical forms
-    among the valid answers, brief compliance."""
+def _standardised(pnls: Sequence[np.ndarray]) -> np.ndarray:
+    """Rows scaled to mean 0 and unit norm (a flat row stays 0), so row products are correlations."""
+    z = np.nan_to_num(np.asarray(pnls, float))
+    z = z - z.mean(axis=1, keepdims=True)
+    norm = np.linalg.norm(z, axis=1, keepdims=True)
+    return np.divide(z, norm, out=np.zeros_like(z), where=norm > 0)
+
+
+def families(canonicals: Sequence[str], pnls: Sequence[np.ndarray], same_book: float = SAME_BOOK) -> int:
+    """Distinct formula families among valid answers: their canonical forms (windows bucketed), two forms
+    merged (transitively) when their first answers' train P&L |corr| >= `same_book`."""
+    first: dict[str, np.ndarray] = {}
+    for c, p in zip(canonicals, pnls, strict=True):
+        first.setdefault(c, p)
+    if len(first) < 2:
+        return len(first)
+    z = _standardised(list(first.values()))
+    same = np.abs(z @ z.T) >= same_book
+    parent = list(range(len(first)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, j in zip(*np.nonzero(np.triu(same, k=1)), strict=True):
+        parent[root(int(i))] = root(int(j))
+    return len({root(i) for i in range(len(first))})
+
+
+def mean_abs_corr(pnls: Sequence[np.ndarray]) -> float:
+    """Mean pairwise |corr| of the rows (NaN for fewer than two)."""
+    if len(pnls) < 2:
+        return float("nan")
+    c = np.abs(_standardised(pnls) @ _standardised(pnls).T)
+    return float(c[np.triu_indices_from(c, k=1)].mean())
+
+
+def train_table(answers: pd.DataFrame, pnls: Sequence[np.ndarray | None]) -> pd.DataFrame:
+    """Per checkpoint: the selector (mean train CPCV over all answers), valid count, formula families among
+    the valid answers (`families`), brief compliance. `pnls`: each answer's train P&L, in the rows' order."""
     g = answers.groupby("step", sort=True)
+
+    def fams(d: pd.DataFrame) -> int:
+        ok = d.index[d["valid"].to_numpy(bool)]
+        return families(list(d.loc[ok, "canonical"]), [pnls[i] for i in ok])
+
     return pd.DataFrame({
         "train_cpcv": g["train_cpcv"].mean(),
         "valid": g["valid"].sum().astype(int),
         "answers": g.size(),
-        "families": g.apply(lambda d: d.loc[d["valid"], "canonical"].nunique(), include_groups=False).astype(int),
+        "families": g.apply(fams, include_groups=False).astype(int),
         "compliance": g["compliance"].mean(),
         "compliant_share": g["compliant"].mean(),
     }).reset_index()
 
 
-def holdout_phase(answers: pd.DataFrame, holdout: Verifier,
-                  progress: Callable[[Any], Any] = lambda it: it) -> tuple[pd.DataFrame, dict[int, np.ndarray]]:
-    """The answers with their holdout-year columns, and each checkpoint's equal-weight daily book (net of
-    holdout costs) over the answers valid on both windows."""
+def holdout_phase(answers: pd.DataFrame, holdout: Verifier, progress: Callable[[Any], Any] = lambda it: it
+                  ) -> tuple[pd.DataFrame, dict[int, np.ndarray], dict[int, np.ndarray]]:
+    """The answers with their holdout-year columns, each checkpoint's equal-weight daily book (net of
+    holdout costs) over the answers valid on both windows, and each of those answers' holdout P&L by its
+    row position in `answers`."""
     cache: dict[str, Any] = {}
     cols: dict[str, list[float]] = {k: [] for k in ("holdout_score", "holdout_sharpe", "holdout_return",
                                                      "holdout_turnover")}
     valid_h: list[bool] = []
     pnl: dict[int, list[np.ndarray]] = {}
-    for row in progress(answers.itertuples(index=False)):
+    by_row: dict[int, np.ndarray] = {}
+    for i, row in enumerate(progress(answers.itertuples(index=False))):
         card = None
         if row.valid:
             if row.formula not in cache:
@@ -73,21 +135,37 @@ def holdout_phase(answers: pd.DataFrame, holdout: Verifier,
         cols["holdout_turnover"].append(card.metrics["turnover"] if ok else np.nan)
         if ok:
             pnl.setdefault(int(row.step), []).append(card.pnl)
+            by_row[i] = card.pnl
     out = answers.assign(holdout_valid=valid_h, **cols)
     books = {step: np.mean(np.stack(p), axis=0) for step, p in pnl.items()}
-    return out, books
+    return out, books, by_row
 
 
-def holdout_table(answers: pd.DataFrame, books: Mapping[int, np.ndarray], market: np.ndarray) -> pd.DataFrame:
+def holdout_table(answers: pd.DataFrame, books: Mapping[int, np.ndarray], market: np.ndarray,
+                  holdout_pnls: Mapping[int, np.ndarray], train_pnls: Sequence[np.ndarray | None],
+                  min_turnover: float, max_corr: float) -> pd.DataFrame:
     """Per checkpoint: mean holdout score over its valid answers, how many were valid on the holdout year,
-    and the equal-weight book's return, Sharpe and beta to the market."""
+    the equal-weight book's return, Sharpe, beta to the market, mean pairwise |corr| and effective bets,
+    and the correlation-capped book chosen on train numbers (its size, holdout Sharpe, effective bets).
+    `holdout_pnls` and `train_pnls` are by row position in `answers`."""
     rows = []
     for step, d in answers.groupby("step", sort=True):
         book = books.get(int(step))
         beta = beta_corr(book, market)[0] if book is not None else np.nan
+        both = [i for i in range(len(answers)) if answers["step"].iat[i] == step and i in holdout_pnls]
+        held = [holdout_pnls[i] for i in both]
+        chosen = [both[k] for k in capped_selection(
+            [answers["train_cpcv"].iat[i] for i in both], [answers["train_turnover"].iat[i] for i in both],
+            np.asarray([train_pnls[i] for i in both]), min_turnover, max_corr)] if both else []
+        capped = [holdout_pnls[i] for i in chosen]
         rows.append({"step": int(step), "holdout_score": float(d["holdout_score"].mean()),
                      "holdout_valid": int(d["holdout_valid"].sum()),
                      "holdout_book_return": total_return(book) if book is not None else np.nan,
                      "holdout_book_sharpe": sharpe(book) if book is not None else np.nan,
-                     "holdout_book_beta": beta})
+                     "holdout_book_beta": beta,
+                     "holdout_mean_abs_corr": mean_abs_corr(held),
+                     "holdout_effective_bets": effective_bets(np.asarray(held)) if held else 0.0,
+                     "capped_answers": len(capped),
+                     "capped_holdout_sharpe": sharpe(np.mean(capped, axis=0)) if capped else np.nan,
+                     "capped_effective_bets": effective_bets(np.asarray(capped)) if capped else 0.0})
     return pd.DataFrame(rows)

@@ -43,19 +43,24 @@ def probe(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageR
     # phase 1: greedy answers, scored on the train window only
     train_v = Verifier(Panel.read_parquet(deps["train"]), params)
     rows: list[dict[str, Any]] = []
+    train_pnls: list[Any] = []
     for step, folder in tqdm(checkpoints, desc=f"probe {item}", unit="ckpt"):
         policy = at_checkpoint(base, folder)
         answers = [a[0] for a in policy.generate([b["text"] for b in briefs], n=1, temperature=0.0, seed=seed)]
-        rows += answer_rows(step, briefs, answers, train_v, cat, tol)
+        new_rows, new_pnls = answer_rows(step, briefs, answers, train_v, cat, tol)
+        rows += new_rows
+        train_pnls += new_pnls
     answers = pd.DataFrame(rows)
-    train = train_table(answers)
+    train = train_table(answers, train_pnls)
     shipped = select_checkpoint(train)
 
     # phase 2: the holdout year, once, after the selection
     holdout_v = Verifier(Panel.read_parquet(deps["holdout"]), params, window="holdout")
-    answers, books = holdout_phase(answers, holdout_v)
+    answers, books, holdout_pnls = holdout_phase(answers, holdout_v)
     market = holdout_v.market[holdout_v.rows]
-    table = train.merge(holdout_table(answers, books, market), on="step")
+    caps = params["books"]
+    table = train.merge(holdout_table(answers, books, market, holdout_pnls, train_pnls,
+                                      float(caps["min_turnover"]), float(caps["max_corr"])), on="step")
     table["shipped"] = table["step"] == shipped
 
     write_parquet(answers, outs["answers"])

@@ -55,8 +55,11 @@ def novelty_pnl(max_corr: float, cfg: dict[str, Any]) -> float:
 
 
 def novelty_syntax(max_corr: float, seen_before: bool, same_in_group: int, cfg: dict[str, Any]) -> float:
-    """R9: 0.2 * (1 - max |corr|) for a never-seen canonical form; -0.3 per other group answer sharing it."""
-    base = 0.0 if seen_before else cfg["weight"] * (1.0 - max_corr)
+    """R9: 0.2 * (1 - max |corr|) for a never-seen canonical form whose book is not one already seen (max
+    |corr| below `same_book_corr`, 0.95: `rank(rank(X) * rank(X))` is `rank(X)`'s book under another form);
+    -0.3 per other group answer sharing its form."""
+    fresh = not seen_before and max_corr < cfg["same_book_corr"]
+    base = cfg["weight"] * (1.0 - max_corr) if fresh else 0.0
     return base + cfg["same_group_penalty"] * same_in_group
 
 

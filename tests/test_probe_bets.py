@@ -1,0 +1,72 @@
+"""The probe counts bets (`probe.probe`): formula families merge forms that trade one book, effective bets
+count independent P&L, and the correlation-capped book is chosen on train numbers only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from alphagym.books.metrics import effective_bets
+from alphagym.config import load_params
+from alphagym.probe.probe import families, holdout_table, mean_abs_corr
+from alphagym.verifier.verifier import Verifier
+
+P = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
+X = "ts_max(volume / ts_mean(volume, 17), 20)"
+
+
+def test_identical_answers_are_one_family_and_one_bet():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=500), rng.normal(size=500)
+    assert families(["f", "f"], [a, a]) == 1
+    assert effective_bets(np.stack([a, a])) == pytest.approx(1.0)
+    assert mean_abs_corr([a, a]) == pytest.approx(1.0)
+    # two independent answers: two families, about two bets
+    assert families(["f", "g"], [a, b]) == 2
+    assert effective_bets(np.stack([a, b])) == pytest.approx(2.0, abs=0.02)
+    assert mean_abs_corr([a, b]) < 0.1
+    # a sign flip is the same bet (|corr| = 1); merging is transitive
+    assert families(["f", "g", "h"], [a, -a, b]) == 2
+    assert families(["f", "g", "h"], [a, a + 0.1 * b, a + 0.2 * b]) == 1
+
+
+@pytest.fixture(scope="module")
+def verifier(sim_panels):
+    return Verifier(sim_panels[0], P)
+
+
+def test_rank_x_and_its_square_are_one_family(verifier):
+    """`rank(X)` and `rank(rank(X) * rank(X))`: two canonical forms, one book."""
+    cards = [verifier.score(f) for f in (f"rank({X})", f"rank(rank({X}) * rank({X}))", "rank(-ts_delta(close, 5))")]
+    assert all(c.valid for c in cards) and len({c.canonical for c in cards}) == 3
+    assert families([c.canonical for c in cards[:2]], [c.pnl for c in cards[:2]]) == 1
+    assert families([c.canonical for c in cards], [c.pnl for c in cards]) == 2
+
+
+def test_the_capped_book_is_chosen_on_train_numbers_only():
+    """Changing every holdout P&L changes the capped book's holdout Sharpe, never which answers it holds;
+    changing the train numbers does."""
+    rng = np.random.default_rng(1)
+    base = rng.normal(size=(4, 300))
+    train = [base[0], base[0] + 0.01 * base[1], base[2], base[3]]      # answers 0 and 1: one bet on train
+    answers = pd.DataFrame({"step": [5] * 4, "train_cpcv": [1.0, 0.9, 0.5, 0.1],
+                            "train_turnover": [0.2, 0.2, 0.2, 0.01], "holdout_score": [0.1] * 4,
+                            "holdout_valid": [True] * 4})
+    market = rng.normal(size=250) * 0.01
+
+    def table(held, train_pnls):
+        books = {5: np.mean(list(held.values()), axis=0)}
+        return holdout_table(answers, books, market, held, train_pnls, 0.02, 0.5).iloc[0]
+
+    held = {i: rng.normal(size=250) * 0.01 for i in range(4)}
+    t1 = table(held, train)
+    other = {i: rng.normal(size=250) * 0.01 + 0.002 for i in range(4)}
+    t2 = table(other, train)
+    assert t1["capped_answers"] == t2["capped_answers"] == 2      # 0 and 2; 1 is 0's bet, 3 hardly trades
+    assert t1["capped_holdout_sharpe"] != t2["capped_holdout_sharpe"]
+    t3 = table(held, [base[0], base[1], base[2], base[3]])        # on train, 1 is now its own bet
+    assert t3["capped_answers"] == 3
+    assert t1["holdout_effective_bets"] == pytest.approx(effective_bets(np.stack(list(held.values()))))
