@@ -112,6 +112,7 @@ def test_probe_selects_on_train_numbers_before_scoring_the_holdout(ladder, monke
     assert t["shipped"].sum() == 1 and int(t.loc[t["shipped"], "step"].iloc[0]) == out["shipped_step"]
     best = t.sort_values(["train_cpcv", "step"], ascending=[False, True]).iloc[0]
     assert int(best["step"]) == out["shipped_step"]
+    assert t["pass_at_k"].between(0, 1).all() and {"families", "holdout_effective_bets", "capped_answers"} <= set(t)
     a = pd.read_parquet(outs["answers"])
     assert len(a) == 3 * 6 and set(a["step"]) == {0, 2, 4}
     # a valid answer has a holdout score exactly when it is valid on the holdout year too

@@ -11,7 +11,7 @@ import pytest
 
 from alphagym.books.metrics import effective_bets
 from alphagym.config import load_params
-from alphagym.probe.probe import families, holdout_table, mean_abs_corr
+from alphagym.probe.probe import families, holdout_table, mean_abs_corr, pass_at_k
 from alphagym.verifier.verifier import Verifier
 
 P = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
@@ -70,3 +70,17 @@ def test_the_capped_book_is_chosen_on_train_numbers_only():
     t3 = table(held, [base[0], base[1], base[2], base[3]])        # on train, 1 is now its own bet
     assert t3["capped_answers"] == 3
     assert t1["holdout_effective_bets"] == pytest.approx(effective_bets(np.stack(list(held.values()))))
+
+
+def test_pass_at_k_counts_briefs_with_one_good_answer(verifier):
+    """A brief passes when one of its samples is valid with positive train CPCV; invalid or losing samples
+    alone do not pass it."""
+    good = next(f for f in ("rank(ts_std(volume, 20) / ts_mean(volume, 20))", "rank(-ts_delta(log(close), 5))")
+                if verifier.score(f).channels["cpcv"] > 0)
+    bad, broken = "-rank(ts_std(volume, 20) / ts_mean(volume, 20))", "rank(close"
+    assert verifier.score(bad).channels["cpcv"] <= 0 or verifier.score(bad).valid is False
+    briefs = [{"id": i} for i in range(3)]
+    samples = [[f"<alpha>{broken}</alpha>", f"<alpha>{good}</alpha>"],
+               [f"<alpha>{broken}</alpha>", f"<alpha>{broken}</alpha>"],
+               [f"<alpha>{bad}</alpha>"]]
+    assert pass_at_k(briefs, samples, verifier) == pytest.approx(1 / 3)

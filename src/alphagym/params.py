@@ -798,6 +798,15 @@ class Books(Section):
         description="market down days: the market's daily return below this (e.g. -0.015)")
 
 
+class Probe(Section):
+    """The probe stage's sampled answers (docs/ladder.md): besides the greedy answer, `pass_k` sampled ones
+    per holdout brief, scored on the train window only."""
+
+    pass_k: Annotated[int, Field(ge=0, le=64)] = Field(
+        description="sampled answers per holdout brief for pass@k (0: none)")
+    temperature: Annotated[float, Field(gt=0, le=5)] = Field(description="their sampling temperature")
+
+
 class Params(Section):
     """Everything in params.yaml after the profile merge and the `--set` overrides."""
 
@@ -816,5 +825,6 @@ class Params(Section):
     sft: Sft
     filter: Filter
     rl: Rl
+    probe: Probe
     books: Books
     tracking: Tracking

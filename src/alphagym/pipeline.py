@@ -184,7 +184,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
               {"answers": f"{probe}/{{item}}/answers.parquet", "table": f"{probe}/{{item}}/checkpoints.parquet",
                "summary": f"{probe}/{{item}}/summary.json"},
               ("seed", "dsl", "verifier", "briefs.horizon_tolerance", "policy", "rl.policy", "rl.recipe",
-               "rl.rungs.{item}", "books.min_turnover", "books.max_corr"),
+               "rl.rungs.{item}", "probe", "books.min_turnover", "books.max_corr"),
               ("src/alphagym/probe", "src/alphagym/rl/checkpoints.py", "src/alphagym/books", *policy),
               metrics=("summary",), threads_of_rung=True, family=RUNGS, priority=RUNG_PRIORITY + 1,
               help="answer the holdout briefs greedily at every checkpoint of a rung; select on train CPCV, "

@@ -13,6 +13,8 @@ Counting bets, per checkpoint, over its greedy answers (one per holdout brief):
 - `holdout_effective_bets`: the equal-weight book's effective number of bets, the participation ratio of the
   eigenvalues of those answers' holdout P&L correlation matrix, (sum l)^2 / sum l^2 (`books.metrics.
   effective_bets`: n independent answers give n, n copies of one give 1);
+- `pass_at_k`: per-brief pass@k, the share of briefs where at least one of k sampled answers (k =
+  `probe.pass_k`, 4 by default, at `probe.temperature`) is valid with positive train CPCV;
 - `capped_*`: the correlation-capped book (`books.metrics.capped_selection`, on train numbers only: train
   CPCV order, `books.min_turnover`, |corr| of train P&L under `books.max_corr`): its size, holdout Sharpe
   and effective bets.
@@ -50,6 +52,18 @@ def answer_rows(step: int, briefs: Sequence[Mapping[str, Any]], answers: Sequenc
                      "train_turnover": float(c.metrics.get("turnover", np.nan)) if c.valid else np.nan,
                      "train_sharpe": float(c.metrics.get("sharpe_net", np.nan)) if c.valid else np.nan})
     return rows, pnls
+
+
+def pass_at_k(briefs: Sequence[Mapping[str, Any]], samples: Sequence[Sequence[str]], verifier: Verifier) -> float:
+    """Share of briefs where at least one of its sampled answers is valid with positive train CPCV (the
+    train-window verifier; an answer repeated within a brief is scored once)."""
+    if not briefs:
+        return float("nan")
+    hits = 0
+    for _, answers in zip(briefs, samples, strict=True):
+        cards = [verifier.score_one(a, answer=True) for a in dict.fromkeys(answers)]
+        hits += any(c.valid and c.channels["cpcv"] > 0 for c in cards)
+    return hits / len(briefs)
 
 
 def _standardised(pnls: Sequence[np.ndarray]) -> np.ndarray:

@@ -19,7 +19,7 @@ from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.generate import read_briefs
 from alphagym.panel import Panel
 from alphagym.params import resolve_rung
-from alphagym.probe.probe import answer_rows, holdout_phase, holdout_table, train_table
+from alphagym.probe.probe import answer_rows, holdout_phase, holdout_table, pass_at_k, train_table
 from alphagym.probe.select import select_checkpoint
 from alphagym.rl.checkpoints import at_checkpoint, list_checkpoints, set_threads, sft_base
 from alphagym.tracking import StageRun
@@ -44,14 +44,21 @@ def probe(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageR
     train_v = Verifier(Panel.read_parquet(deps["train"]), params)
     rows: list[dict[str, Any]] = []
     train_pnls: list[Any] = []
+    k, temp = int(params["probe"]["pass_k"]), float(params["probe"]["temperature"])
+    passes: dict[int, float] = {}
     for step, folder in tqdm(checkpoints, desc=f"probe {item}", unit="ckpt"):
         policy = at_checkpoint(base, folder)
         answers = [a[0] for a in policy.generate([b["text"] for b in briefs], n=1, temperature=0.0, seed=seed)]
         new_rows, new_pnls = answer_rows(step, briefs, answers, train_v, cat, tol)
         rows += new_rows
         train_pnls += new_pnls
+        if k:
+            sampled = policy.generate([b["text"] for b in briefs], n=k, temperature=temp, seed=seed + 1 + step)
+            passes[step] = pass_at_k(briefs, sampled, train_v)
     answers = pd.DataFrame(rows)
     train = train_table(answers, train_pnls)
+    if k:
+        train["pass_at_k"] = train["step"].map(passes)
     shipped = select_checkpoint(train)
 
     # phase 2: the holdout year, once, after the selection

@@ -34,7 +34,7 @@ from alphagym.verifier import channels as ch
 
 LADDER_COLS = ("rung", "parent", "change", "status", "steps", "shipped_step", "train_cpcv", "holdout_score",
                "step0_holdout", "vs_parent", "beyond_noise", "valid", "book_return", "book_sharpe", "book_beta")
-CKPT_COLS = ("step", "shipped", "train_cpcv", "valid", "families", "compliance", "compliant_share",
+CKPT_COLS = ("step", "shipped", "train_cpcv", "valid", "families", "compliance", "compliant_share", "pass_at_k",
              "holdout_score", "holdout_valid", "holdout_book_return", "holdout_book_sharpe", "holdout_book_beta",
              "holdout_mean_abs_corr", "holdout_effective_bets", "capped_answers", "capped_holdout_sharpe",
              "capped_effective_bets")
