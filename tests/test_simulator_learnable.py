@@ -75,6 +75,6 @@ def test_ground_truth_records_the_strengths(verifiers, root):
     p = load_params(root / "params.yaml")
     for name in ("reversal", "volume_variability"):
         eff = truth["effects"][name]
-        assert eff["strength"] == p["simulator"]["effects"][name]["strength"]
-        assert eff["half_life_years"] == p["simulator"]["effects"][name]["half_life_years"]
+        assert eff["strength"] == p["simulator"]["effects"]["planted"][name]["strength"]
+        assert eff["half_life_years"] == p["simulator"]["effects"]["planted"][name]["half_life_years"]
         assert set(eff["coef_by_year"]) >= {"2013", "2026"}

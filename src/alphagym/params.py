@@ -159,18 +159,17 @@ class Calibrated(Section):
 
 
 class Effect(Section):
+    """One planted effect (`data/simulator.py::EFFECTS` names them and their formulas)."""
+
+    kind: Literal["edge", "decoy"] = Field(description="edge: steady through the holdout; decoy: gone by then")
     strength: NonNeg = Field(description="daily rank-IC scale of the planted effect")
+    calm_mult: NonNeg = Field(description="strength multiplier outside crises (0: a crisis-only effect)")
     crisis_mult: NonNeg = Field(description="strength multiplier in a crisis")
     half_life_years: Annotated[float, Field(gt=0)] = Field(description="decay of the effect over the years")
 
 
-class WindowEffect(Effect):
-    window: Annotated[int, Field(ge=2)] = Field(description="look-back window of the effect's signal")
-
-
 class Effects(Section):
-    reversal: Effect
-    volume_variability: WindowEffect
+    planted: dict[str, Effect] = Field(description="effect name -> its strength and shape")
     effect_noise_ar: Annotated[float, Field(ge=0, lt=1)] = Field(description="AR(1) of the effect noise")
     effect_noise_scale: NonNeg = Field(description="scale of the effect noise")
 

@@ -9,10 +9,13 @@ Structure (all documented in the ground-truth file it writes beside the prices):
 - dollar volume: a per-stock level (an order of magnitude apart), a slow and a fast AR(1) component (real
   volume autocorrelation drops fast over a few days, then decays slowly), and a saturating response to the
   day's absolute return;
-- planted cross-sectional effects, slowly decaying and regime dependent: short-term reversal and a
-  volume-variability premium, strong enough that their formulas clear the holdout costs (a learner that
-  finds them and one that finds nothing must look different on the holdout year); and two traps: betas
-  that pay only in rising markets, and price levels with no predictive power.
+- planted cross-sectional effects (`EFFECTS`, strengths in `simulator.effects.planted`), each tied to one
+  mechanism of the brief catalogue and acting on the next day's intraday return through the standardised
+  cross-sectional rank of its signal at today's close: many small, mostly independent edges that survive
+  the holdout costs, so a learner that finds several looks different from one that re-finds one; decoys
+  that look good in part of the train window and are gone by the holdout (one decays through the train
+  years, one pays only in crises); mechanisms with no effect at all; and two traps: betas that pay only in
+  rising markets, and price levels with no predictive power. The ground truth lists every one of them.
 
 Why hand-written: no library simulates a cross-section with planted, documented alpha.
 """
@@ -35,6 +38,81 @@ class SimulatedMarket:
     prices: pd.DataFrame          # long: date, ticker, open, high, low, close, volume, ...
     sectors: dict[str, str]
     ground_truth: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PlantedEffect:
+    """One planted effect: the catalogue mechanism it belongs to, the DSL formula that expresses it exactly
+    (the ground truth's planted formula), the days of history it needs, and its signal at the close of day
+    `t` from the price arrays up to `t` (days x stocks; `sec` the sector code of each stock)."""
+
+    mechanism: str
+    formula: str
+    lookback: int
+    signal: Any
+
+
+def _window(x: np.ndarray, t: int, w: int) -> np.ndarray:
+    return x[t - w + 1:t + 1]
+
+
+def _skew(x: np.ndarray) -> np.ndarray:
+    d = x - x.mean(axis=0)
+    m2 = (d * d).mean(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(m2 > 0, (d ** 3).mean(axis=0) / m2 ** 1.5, 0.0)
+
+
+def _sector_demeaned(x: np.ndarray, sec: np.ndarray) -> np.ndarray:
+    means = np.bincount(sec, weights=x) / np.bincount(sec)
+    return x - means[sec]
+
+
+# the brief catalogue's mechanisms (briefs/catalogue.yaml; a test keeps the two equal): the ground truth
+# names those that carry no planted effect
+MECHANISMS = ("reversal", "volume_variability", "price_volume_divergence", "mixed_extremes", "intraday_pressure",
+              "overnight_gap", "volatility_regime", "trend_persistence", "volume_surge", "vwap_deviation",
+              "return_asymmetry", "tail_risk", "sector_relative", "extreme_recency", "smoothed_flow",
+              "liquidity_level", "range_expansion")
+
+# name -> the effect; arrays: lc log close, o open, h high, lo low, v volume, r simple return (close to close)
+EFFECTS: dict[str, PlantedEffect] = {
+    "reversal": PlantedEffect(
+        "reversal", "rank(-ts_delta(log(close), 5))", 5,
+        lambda a, t, sec: -(a["lc"][t] - a["lc"][t - 5])),
+    "volume_variability": PlantedEffect(
+        "volume_variability", "rank(ts_std(volume, 20) / ts_mean(volume, 20))", 19,
+        lambda a, t, sec: _window(a["v"], t, 20).std(axis=0) / _window(a["v"], t, 20).mean(axis=0)),
+    "overnight_gap": PlantedEffect(
+        "overnight_gap", "rank(-ts_mean(open / delay(close, 1), 5))", 5,
+        lambda a, t, sec: -(_window(a["o"], t, 5) / np.exp(_window(a["lc"], t - 1, 5))).mean(axis=0)),
+    "intraday_pressure": PlantedEffect(
+        "intraday_pressure", "rank(ts_mean((high - close) / (high - low), 5))", 4,
+        lambda a, t, sec: ((_window(a["h"], t, 5) - np.exp(_window(a["lc"], t, 5)))
+                           / (_window(a["h"], t, 5) - _window(a["lo"], t, 5))).mean(axis=0)),
+    "volatility_regime": PlantedEffect(
+        "volatility_regime", "rank(ts_std(returns, 60) / ts_std(returns, 10))", 60,
+        lambda a, t, sec: _window(a["r"], t, 60).std(axis=0) / _window(a["r"], t, 10).std(axis=0)),
+    "extreme_recency": PlantedEffect(
+        "extreme_recency", "rank(ts_argmax(volume, 20))", 19,
+        lambda a, t, sec: np.argmax(_window(a["v"], t, 20)[::-1], axis=0).astype(float)),
+    "range_expansion": PlantedEffect(
+        "range_expansion", "rank(-ts_mean(high - low, 5) / ts_mean(high - low, 60))", 59,
+        lambda a, t, sec: (-(_window(a["h"], t, 5) - _window(a["lo"], t, 5)).mean(axis=0)
+                           / (_window(a["h"], t, 60) - _window(a["lo"], t, 60)).mean(axis=0))),
+    "sector_relative": PlantedEffect(
+        "sector_relative", "rank(indneutralize(delay(ts_delta(log(close), 40), 5), IndClass.sector))", 45,
+        lambda a, t, sec: _sector_demeaned(a["lc"][t - 5] - a["lc"][t - 45], sec)),
+    "return_asymmetry": PlantedEffect(
+        "return_asymmetry", "rank(-ts_skew(returns, 20))", 20,
+        lambda a, t, sec: -_skew(_window(a["r"], t, 20))),
+    "trend_persistence": PlantedEffect(
+        "trend_persistence", "rank(delay(ts_delta(log(close), 120), 5))", 125,
+        lambda a, t, sec: a["lc"][t - 5] - a["lc"][t - 125]),
+    "volume_surge": PlantedEffect(
+        "volume_surge", "rank(-ts_mean(volume, 5) / ts_mean(volume, 60))", 59,
+        lambda a, t, sec: -_window(a["v"], t, 5).mean(axis=0) / _window(a["v"], t, 60).mean(axis=0)),
+}
 
 
 def _std_t(rng: np.random.Generator, df: float, size: Any) -> np.ndarray:
@@ -127,17 +205,20 @@ def simulate_market(sim: dict[str, Any], *, calendar: str, start: str, end: str,
     drift_m = sim["market_drift_annual"] / 252.0
     drift_crisis = sim.get("crisis_drift_annual", -0.4) / 252.0
     eff = sim["effects"]
+    planted = dict(eff["planted"])
+    unknown = sorted(set(planted) - set(EFFECTS))
+    if unknown:
+        raise ValueError(f"simulator.effects.planted: no planted effect named {unknown}; known: {sorted(EFFECTS)}")
+    names = [k for k in EFFECTS if k in planted]            # the table's order: the random stream's order
     years = np.arange(n_days) / 252.0
     phi_e, sc_e = eff["effect_noise_ar"], eff["effect_noise_scale"]
-    e_noise = np.zeros((n_days, 2))
+    e_noise = np.zeros((n_days, len(names)))
     for t in range(1, n_days):
-        e_noise[t] = phi_e * e_noise[t - 1] + np.sqrt(1 - phi_e**2) * rng.standard_normal(2)
-    rev, vv = eff["reversal"], eff["volume_variability"]
-    c_rev = (rev["strength"] * 0.5 ** (years / rev["half_life_years"])
-             * np.where(crisis, rev["crisis_mult"], 1.0) * (1 + sc_e * e_noise[:, 0]))
-    c_vv = (vv["strength"] * 0.5 ** (years / vv["half_life_years"])
-            * np.where(crisis, vv["crisis_mult"], 1.0) * (1 + sc_e * e_noise[:, 1]))
-    vv_window = int(vv["window"])
+        e_noise[t] = phi_e * e_noise[t - 1] + np.sqrt(1 - phi_e**2) * rng.standard_normal(len(names))
+    coef = np.stack([planted[k]["strength"] * 0.5 ** (years / planted[k]["half_life_years"])
+                     * np.where(crisis, planted[k]["crisis_mult"], planted[k]["calm_mult"])
+                     * (1 + sc_e * e_noise[:, j]) for j, k in enumerate(names)], axis=1) if names else \
+        np.zeros((n_days, 0))
 
     log_close = np.log(price0)
     opens, highs, lows, closes, volumes = (np.empty((n_days, n)) for _ in range(5))
@@ -147,8 +228,8 @@ def simulate_market(sim: dict[str, Any], *, calendar: str, start: str, end: str,
     phi_f, vol_fast_sd = cal["log_volume_fast_ar"], cal["log_volume_fast_sd"]    # a short-memory component
     fast = np.zeros(n)
     mu_next = np.zeros(n)
-    hist_lc = np.full((6, n), np.nan)        # ring buffer of log closes for the 5-day reversal
-    hist_v = np.full((vv_window, n), np.nan)  # ring buffer of volumes
+    log_closes, rets = np.full((n_days, n), np.nan), np.full((n_days, n), np.nan)
+    arrays = {"lc": log_closes, "o": opens, "h": highs, "lo": lows, "v": volumes, "r": rets}
     for t in range(n_days):
         cm = mult_m if crisis[t] else 1.0
         ci = mult_i if crisis[t] else 1.0
@@ -185,15 +266,13 @@ def simulate_market(sim: dict[str, Any], *, calendar: str, start: str, end: str,
         volumes[t] = np.maximum(1.0, np.round(np.exp(log_dv) / closes[t]))
 
         # planted effects for tomorrow's intraday return, from information up to today's close
-        hist_lc[t % 6] = log_close
-        hist_v[t % vv_window] = volumes[t]
+        log_closes[t] = log_close
+        if t:
+            rets[t] = closes[t] / closes[t - 1] - 1.0
         mu_next[:] = 0.0
-        if t >= 5:
-            rev_sig = -(log_close - hist_lc[(t - 5) % 6])
-            mu_next += c_rev[t] * sig_i * _std_ranks(rev_sig)
-        if t >= vv_window - 1:
-            cv = hist_v.std(axis=0) / hist_v.mean(axis=0)
-            mu_next += c_vv[t] * sig_i * _std_ranks(cv)
+        for j, k in enumerate(names):
+            if t >= EFFECTS[k].lookback:
+                mu_next += coef[t, j] * sig_i * _std_ranks(EFFECTS[k].signal(arrays, t, sec_codes))
 
     idx = pd.MultiIndex.from_product([dates, tickers], names=["date", "ticker"])
     prices = pd.DataFrame({
@@ -214,35 +293,27 @@ def simulate_market(sim: dict[str, Any], *, calendar: str, start: str, end: str,
         "crisis_sessions": int(crisis.sum()),
         "crisis_share": float(crisis.mean()),
         "effects": {
-            "reversal": {
-                "formula": "rank(-ts_delta(log(close), 5))",
-                "acts_on": "intraday return of t+1 (inside the book's open(t+1)->open(t+2) holding)",
-                "coef_by_year": pd.Series(c_rev).groupby(year_of).mean().round(6).to_dict(),
-                **rev,
-            },
-            "volume_variability": {
-                "formula": f"rank(ts_std(volume, {vv_window}) / ts_mean(volume, {vv_window}))",
-                "acts_on": "intraday return of t+1",
-                "coef_by_year": pd.Series(c_vv).groupby(year_of).mean().round(6).to_dict(),
-                **vv,
-            },
+            **{k: {"kind": planted[k]["kind"], "mechanism": EFFECTS[k].mechanism, "formula": EFFECTS[k].formula,
+                   "acts_on": "intraday return of t+1 (inside the book's open(t+1)->open(t+2) holding)",
+                   "coef_by_year": {str(y): v for y, v in
+                                    pd.Series(coef[:, j]).groupby(year_of).mean().round(6).to_dict().items()},
+                   **dict(planted[k])} for j, k in enumerate(names)},
             "high_beta_trap": {
+                "kind": "trap",
                 "formula": "rank(ts_std(returns, 63))",
                 "why": "volatility ranks with beta (see `beta`); the book is long beta and pays only "
                        "when the market rises; the market factor explains its P&L",
                 "planted_alpha": 0.0,
             },
             "price_level_trap": {
+                "kind": "trap",
                 "formula": "rank(ts_mean(close, 126))",
                 "why": "price levels are drawn at random and carry no information; a slow static tilt",
                 "planted_alpha": 0.0,
             },
         },
+        "mechanisms_without_effect": sorted(set(MECHANISMS) - {EFFECTS[k].mechanism for k in names}),
         "coefficient_units": "expected intraday return in units of the stock's idiosyncratic daily vol "
                              "per unit of standardised rank",
     }
-    truth["effects"]["reversal"]["coef_by_year"] = {str(k): v for k, v in
-                                                    truth["effects"]["reversal"]["coef_by_year"].items()}
-    truth["effects"]["volume_variability"]["coef_by_year"] = {
-        str(k): v for k, v in truth["effects"]["volume_variability"]["coef_by_year"].items()}
     return SimulatedMarket(prices=prices, sectors=sectors, ground_truth=truth)
