@@ -63,6 +63,14 @@ def _skew(x: np.ndarray) -> np.ndarray:
         return np.where(m2 > 0, (d ** 3).mean(axis=0) / m2 ** 1.5, 0.0)
 
 
+def _corr(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Pearson correlation of each column pair (population moments; 0 where either is constant)."""
+    dx, dy = x - x.mean(axis=0), y - y.mean(axis=0)
+    den = np.sqrt((dx * dx).mean(axis=0) * (dy * dy).mean(axis=0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, (dx * dy).mean(axis=0) / den, 0.0)
+
+
 def _sector_demeaned(x: np.ndarray, sec: np.ndarray) -> np.ndarray:
     means = np.bincount(sec, weights=x) / np.bincount(sec)
     return x - means[sec]
@@ -80,6 +88,9 @@ EFFECTS: dict[str, PlantedEffect] = {
     "reversal": PlantedEffect(
         "reversal", "rank(-ts_delta(log(close), 5))", 5,
         lambda a, t, sec: -(a["lc"][t] - a["lc"][t - 5])),
+    "lagged_reversal": PlantedEffect(       # the last 5 days skipped: little overlap with gap and intraday
+        "reversal", "rank(-delay(ts_delta(log(close), 15), 5))", 20,
+        lambda a, t, sec: -(a["lc"][t - 5] - a["lc"][t - 20])),
     "volume_variability": PlantedEffect(
         "volume_variability", "rank(ts_std(volume, 20) / ts_mean(volume, 20))", 19,
         lambda a, t, sec: _window(a["v"], t, 20).std(axis=0) / _window(a["v"], t, 20).mean(axis=0)),
@@ -97,21 +108,21 @@ EFFECTS: dict[str, PlantedEffect] = {
         "extreme_recency", "rank(ts_argmax(volume, 20))", 19,
         lambda a, t, sec: np.argmax(_window(a["v"], t, 20)[::-1], axis=0).astype(float)),
     "range_expansion": PlantedEffect(
-        "range_expansion", "rank(-ts_mean(high - low, 5) / ts_mean(high - low, 60))", 59,
-        lambda a, t, sec: (-(_window(a["h"], t, 5) - _window(a["lo"], t, 5)).mean(axis=0)
-                           / (_window(a["h"], t, 60) - _window(a["lo"], t, 60)).mean(axis=0))),
+        "range_expansion", "rank(ts_max(high - low, 10) / ts_mean(high - low, 10))", 9,
+        lambda a, t, sec: ((_window(a["h"], t, 10) - _window(a["lo"], t, 10)).max(axis=0)
+                           / (_window(a["h"], t, 10) - _window(a["lo"], t, 10)).mean(axis=0))),
     "sector_relative": PlantedEffect(
-        "sector_relative", "rank(indneutralize(delay(ts_delta(log(close), 40), 5), IndClass.sector))", 45,
-        lambda a, t, sec: _sector_demeaned(a["lc"][t - 5] - a["lc"][t - 45], sec)),
+        "sector_relative", "rank(indneutralize(delay(ts_delta(log(close), 100), 20), IndClass.sector))", 120,
+        lambda a, t, sec: _sector_demeaned(a["lc"][t - 20] - a["lc"][t - 120], sec)),
     "return_asymmetry": PlantedEffect(
         "return_asymmetry", "rank(-ts_skew(returns, 20))", 20,
         lambda a, t, sec: -_skew(_window(a["r"], t, 20))),
     "trend_persistence": PlantedEffect(
-        "trend_persistence", "rank(delay(ts_delta(log(close), 120), 5))", 125,
-        lambda a, t, sec: a["lc"][t - 5] - a["lc"][t - 125]),
-    "volume_surge": PlantedEffect(
-        "volume_surge", "rank(-ts_mean(volume, 5) / ts_mean(volume, 60))", 59,
-        lambda a, t, sec: -_window(a["v"], t, 5).mean(axis=0) / _window(a["v"], t, 60).mean(axis=0)),
+        "trend_persistence", "rank(delay(ts_delta(log(close), 130), 120))", 250,
+        lambda a, t, sec: a["lc"][t - 120] - a["lc"][t - 250]),
+    "price_volume_divergence": PlantedEffect(
+        "price_volume_divergence", "rank(-ts_corr(close, volume, 20))", 19,
+        lambda a, t, sec: -_corr(np.exp(_window(a["lc"], t, 20)), _window(a["v"], t, 20))),
 }
 
 
@@ -210,6 +221,9 @@ def simulate_market(sim: dict[str, Any], *, calendar: str, start: str, end: str,
     if unknown:
         raise ValueError(f"simulator.effects.planted: no planted effect named {unknown}; known: {sorted(EFFECTS)}")
     names = [k for k in EFFECTS if k in planted]            # the table's order: the random stream's order
+    mechanisms = [EFFECTS[k].mechanism for k in names]
+    if len(set(mechanisms)) < len(mechanisms):
+        raise ValueError(f"simulator.effects.planted: two effects of one mechanism in {names}; plant one")
     years = np.arange(n_days) / 252.0
     phi_e, sc_e = eff["effect_noise_ar"], eff["effect_noise_scale"]
     e_noise = np.zeros((n_days, len(names)))
