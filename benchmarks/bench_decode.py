@@ -4,8 +4,8 @@ process, one torch thread (a rung's budget at 1:1). The batch is the default rec
 8 answers, at most 64 new tokens, grammar-constrained, each round on the next 4 briefs with its own seed.
 Both write the same answers (tests/test_decode.py); an untimed pass of the round's batch first fills the
 grammar checker's caches, so neither timed pass pays the grammar's parsing for new texts (whichever ran
-first would) and the difference is the forward and the loop around it. Medians and p90 of the seconds a batch, never best-of; needs the pipeline's SFT policy and
-filtered briefs (`make run` up to `filter`).
+first would) and the difference is the forward and the loop around it. Medians and p90 of the seconds a
+batch, never best-of; needs the pipeline's SFT policy and filtered briefs (`make run` up to `filter`).
 
     python benchmarks/bench_decode.py --rounds 12
 

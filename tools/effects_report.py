@@ -4,8 +4,8 @@ formula scored alone (train CPCV, holdout net Sharpe after holdout costs, turnov
 the best single edge. What `simulator.effects.planted` is calibrated with (docs/results.md states the
 calibration seeds, which the tests do not use).
 
-    python scripts/effects_report.py --planted market.yaml --seeds 21,22
-    python scripts/effects_report.py --seeds 7            # the params' own planted effects
+    python tools/effects_report.py --planted market.yaml --seeds 21,22
+    python tools/effects_report.py --seeds 7            # the params' own planted effects
 
 `--planted`: a YAML mapping effect name -> {kind, strength, calm_mult, crisis_mult, half_life_years} that
 replaces `simulator.effects.planted`.
