@@ -25,9 +25,17 @@ from alphagym.policy.model import build_policy, wrap_adapter
 from alphagym.policy.sft import train_sft
 from alphagym.probe.select import select_checkpoint
 from alphagym.rl.checkpoints import list_checkpoints
+from alphagym.rl.env import WRITTEN
 from alphagym.stages import run_stage
 
 ROOT = Path(__file__).resolve().parents[1]
+WRITTEN_POOL = {   # formula -> train numbers as scored when written (the archive book's pool)
+    "rank(ts_std(volume, 20) / ts_mean(volume, 20))": {"train_cpcv": 2.0, "train_turnover": 0.2},
+    "rank(ts_std(volume, 21) / ts_mean(volume, 21))": {"train_cpcv": 1.9, "train_turnover": 0.2},   # the same bet
+    "rank(ts_mean(close, 126))": {"train_cpcv": 1.8, "train_turnover": 0.01},                      # hardly trades
+    "rank(-ts_delta(log(close), 5))": {"train_cpcv": 1.5, "train_turnover": 0.6},
+    "rank(close": {"train_cpcv": 1.4, "train_turnover": 0.3},                  # no longer parses: skipped
+}
 FORMULAS = ["<alpha>rank(ts_max(volume / ts_mean(volume, 10), 20))</alpha>",
             "<alpha>rank(-ts_delta(close, 5))</alpha>", "<alpha>rank(ts_std(returns, 20))</alpha>"]
 
@@ -78,7 +86,10 @@ def ladder(tmp_path_factory, sim_panels):
             for name, p in pol.model.named_parameters():
                 if "lora_B" in name:
                     p.add_(0.02 * torch.randn_like(p))
-        write_manifest(pol.save(Path(deps["checkpoints"]) / f"checkpoint-{step:06d}", {"step": step}))
+        folder = pol.save(Path(deps["checkpoints"]) / f"checkpoint-{step:06d}", {"step": step})
+        if step == 4:                                  # what the rung wrote in training, as the trainer saves it
+            (folder / WRITTEN).write_text(json.dumps(WRITTEN_POOL))
+        write_manifest(folder)
     return params, table
 
 
@@ -132,6 +143,48 @@ def _train_outputs(table) -> None:
     gates = Path(table["report"].deps["gates"])
     gates.parent.mkdir(parents=True, exist_ok=True)
     gates.write_text(json.dumps({"kept": []}))
+
+
+def test_the_archive_book_is_chosen_on_train_numbers_before_the_holdout_sees_it(ladder, monkeypatch):
+    """The archive book walks the rung's written formulas in train-CPCV order with the capped book's rules
+    (the same bet and a static book are left out; a formula that no longer parses is skipped), and only the
+    chosen ones are ever scored on the holdout year, after the choice."""
+    import alphagym.books.stage as books_stage
+
+    params, table = ladder
+    if not Path(table["probe@cispo_repo"].outs["summary"]).exists():
+        run_stage(params, "probe@cispo_repo")
+    events: list[tuple[str, str]] = []
+    real_verifier, real_stream = books_stage.Verifier, books_stage.capped_stream
+
+    def spy_verifier(panel, p, *a, window="train", **k):
+        v = real_verifier(panel, p, *a, window=window, **k)
+        score = v.score_one
+
+        def logged(formula, *aa, **kk):
+            events.append((window, formula))
+            return score(formula, *aa, **kk)
+
+        v.score_one = logged
+        return v
+
+    def spy_stream(*a, **k):
+        chosen = real_stream(*a, **k)
+        events.append(("chosen", ""))
+        return chosen
+
+    monkeypatch.setattr(books_stage, "Verifier", spy_verifier)
+    monkeypatch.setattr(books_stage, "capped_stream", spy_stream)
+    run_stage(params, "books@cispo_repo")
+    books = json.loads(Path(table["books@cispo_repo"].outs["books"]).read_text())
+    assert books["archive_members"] == ["rank(ts_std(volume, 20) / ts_mean(volume, 20))",
+                                        "rank(-ts_delta(log(close), 5))"]
+    assert books["archive_pool"] == len(WRITTEN_POOL) and books["archive"]["answers"] == 2
+    after = events[events.index(("chosen", "")) + 1:]
+    held = {f for w, f in events if w == "holdout" and f in WRITTEN_POOL}
+    assert held == set(books["archive_members"]) and all(("holdout", f) in after for f in held)
+    daily = pd.read_parquet(table["books@cispo_repo"].outs["daily"])
+    assert daily["archive"].notna().all()
 
 
 def test_books_and_report_come_from_the_probe_and_mark_a_failed_rung(ladder):

@@ -75,3 +75,28 @@ def test_the_card_cache_is_keyed_by_the_parsed_formula(sim_panels):
     assert b.channels == ref.channels and b.metrics == ref.metrics and b.canonical == ref.canonical
     v.score_one("<alpha>rank(-ts_delta(close, 6))</alpha>", answer=True)
     assert v.cache_hits == 1 and v.cache_lookups == 3
+
+
+def test_the_env_records_every_distinct_valid_formula_and_keeps_it_across_a_resume(sim_panels, tmp_path):
+    """`commit` records each valid formula once with its train CPCV and turnover (the archive book's pool);
+    a checkpoint carries the record, and one saved without it resumes with an empty record."""
+    from alphagym.rl.env import WRITTEN
+
+    params = load_params(ROOT / "params.yaml")
+    cat = load_catalogue()
+    brief = next(iter(_briefs(params, cat)))
+    env = VerifierEnv(Verifier(sim_panels[0], params), cat, 0.5)
+    scored = env.score(ANSWERS, brief)
+    env.commit(scored)
+    env.commit(env.score(ANSWERS[:2], brief))
+    valid = {s.card.formula: s for s in scored if s.valid}
+    assert set(env.written) == set(valid) and len(env.written) == 3      # the repeat and the broken one: once, none
+    for f, rec in env.written.items():
+        assert rec["train_cpcv"] == valid[f].core and rec["train_turnover"] == valid[f].metrics["turnover"]
+    env.save(tmp_path)
+    again = VerifierEnv(Verifier(sim_panels[0], params), cat, 0.5)
+    again.load(tmp_path)
+    assert again.written == env.written
+    (tmp_path / WRITTEN).unlink()
+    again.load(tmp_path)
+    assert again.written == {}

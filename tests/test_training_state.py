@@ -38,13 +38,14 @@ TIMING = ("step_time", "time/generation", "time/scoring", "time/reference", "tim
 
 
 class ArchiveEnv(VerifierEnv):
-    """The planted reward of `VolumeEnv` with the real environment's saved state: its novelty archive, saved
-    to and loaded from `archive.npz` by `VerifierEnv.save` / `VerifierEnv.load`."""
+    """The planted reward of `VolumeEnv` with the real environment's saved state: its novelty archive and its
+    record of written formulas, saved and loaded by `VerifierEnv.save` / `VerifierEnv.load`."""
 
     def __init__(self) -> None:
         self.verifier = SimpleNamespace(archive=NoveltyArchive(12, 64))
         self.priorities = VolumeEnv.priorities
         self._inner = VolumeEnv()
+        self.written = {}
 
     def score(self, answers, brief):
         return self._inner.score(answers, brief)
@@ -56,6 +57,7 @@ class ArchiveEnv(VerifierEnv):
         for i, s in enumerate(scored):
             if s.valid:
                 self.verifier.archive.add(np.sin(np.arange(12.0) * (1 + len(s.canonical) + i)), s.canonical, "t")
+                self.written.setdefault(s.canonical, {"train_cpcv": s.core, "train_turnover": 0.1})
 
 
 @pytest.fixture(scope="module")
@@ -317,7 +319,7 @@ def test_fuzz_damaged_checkpoint_files_are_named_before_anything_loads(sft_state
     before = {k: v.clone() for k, v in tr.policy.model.state_dict().items()}
     files = sorted(p for p in ckpt.rglob("*") if p.is_file())
     assert {"trainer_state.pt", "adapter_model.safetensors", "archive.npz", "alphagym_policy.json",
-            "manifest.json", "adapter_config.json"} <= {p.name for p in files}
+            "manifest.json", "adapter_config.json", "written.json"} <= {p.name for p in files}
     for f in files:
         good = f.read_bytes()
         for _ in range(4):

@@ -795,6 +795,8 @@ class Books(Section):
         description="capped book: skip an answer whose train P&L has |corr| >= this with one already in")
     down_day: Annotated[float, Field(lt=0, gt=-1)] = Field(
         description="market down days: the market's daily return below this (e.g. -0.015)")
+    archive_size: PosInt = Field(
+        description="archive book: at most this many of the formulas the rung wrote in training")
 
 
 class Probe(Section):

@@ -6,7 +6,7 @@ costs) are averaged with equal weights. Returns are simple daily returns; growth
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -93,4 +93,25 @@ def capped_selection(train_cpcv: Sequence[float], turnover: Sequence[float], tra
         if any(abs(float(np.corrcoef(train_pnls[i], train_pnls[j])[0, 1])) >= max_corr for j in chosen):
             continue
         chosen.append(int(i))
+    return chosen
+
+
+def capped_stream(candidates: Sequence[tuple[float, float]], train_pnl: Callable[[int], np.ndarray | None],
+                  size: int, min_turnover: float = 0.02, max_corr: float = 0.5) -> list[int]:
+    """`capped_selection` over a pool too large to score whole: candidates (train CPCV, turnover) walked in
+    train-CPCV order, each one's train P&L computed only when it is reached (`train_pnl(i)`, None when it no
+    longer scores valid), until `size` are chosen. Train numbers only."""
+    order = np.argsort(-np.asarray([c[0] for c in candidates], float), kind="stable")
+    chosen: list[int] = []
+    pnls: list[np.ndarray] = []
+    for i in order:
+        if len(chosen) >= size:
+            break
+        if candidates[i][1] < min_turnover:
+            continue
+        p = train_pnl(int(i))
+        if p is None or any(abs(float(np.corrcoef(p, q)[0, 1])) >= max_corr for q in pnls):
+            continue
+        chosen.append(int(i))
+        pnls.append(p)
     return chosen

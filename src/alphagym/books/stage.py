@@ -4,7 +4,10 @@ Two books of the shipped checkpoint's valid answers, both scored on the holdout 
 - equal weight: every answer valid on both windows, averaged (an answer written n times weighs n);
 - correlation-capped: chosen on train-window numbers only (`capped_selection`: train CPCV order, turnover
   floor, a cap on |corr| of train P&L with answers already in), then averaged.
-Writes the metrics of both and of the market, and the daily returns the report plots.
+And the rung's archive book: the same rule over every distinct valid formula the rung wrote in training
+(its last checkpoint's `written.json`, with the train CPCV and turnover each scored when written), at most
+`books.archive_size` of them, chosen on train numbers only and then scored on the holdout year.
+Writes the metrics of the three and of the market, and the daily returns the report plots.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ import numpy as np
 import pandas as pd
 
 from alphagym.artifacts import read_json, read_parquet, write_parquet
-from alphagym.books.metrics import book_metrics, capped_selection
+from alphagym.books.metrics import book_metrics, capped_selection, capped_stream
 from alphagym.errors import ArtifactError, DataError
 from alphagym.panel import Panel
+from alphagym.rl.checkpoints import list_checkpoints
+from alphagym.rl.env import WRITTEN
 from alphagym.tracking import StageRun
 from alphagym.verifier.verifier import Verifier
 
@@ -75,15 +80,38 @@ def books(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageR
         out["capped_members"] = [rows[i]["canonical"] for i in pick]
         daily["equal_weight"] = np.average(pnl_h, axis=0, weights=weights)
         daily["capped"] = pnl_h[pick].mean(axis=0) if pick else np.nan
+    pool = _written(deps["checkpoints"])
+    names = sorted(pool)
+    cands = [(float(pool[f]["train_cpcv"]), float(pool[f]["train_turnover"])) for f in names]
+
+    def train_pnl(i: int) -> np.ndarray | None:
+        card = train_v.score_one(names[i])
+        return card.pnl if card.valid else None
+
+    chosen = capped_stream(cands, train_pnl, int(cfg["archive_size"]), cfg["min_turnover"], cfg["max_corr"])
+    held = [c.pnl for c in (holdout_v.score_one(names[i]) for i in chosen) if c.valid]
+    out["archive"] = book_metrics(np.stack(held), market, cfg["down_day"]) if held else None
+    out["archive_members"] = [names[i] for i in chosen]
+    out["archive_pool"] = len(pool)
+    daily["archive"] = np.mean(held, axis=0) if held else np.nan
     if len(daily) != len(market):
         raise DataError("holdout_rows", f"holdout dates ({len(daily)}) and P&L rows ({len(market)}) disagree",
                         file=str(deps["holdout"]))
     write_parquet(daily, outs["daily"])
     outs["books"].write_text(json.dumps(out, indent=1, default=float))
-    for name in ("equal_weight", "capped"):
+    for name in ("equal_weight", "capped", "archive"):
         if out.get(name):
             run.log_metrics({f"books/{name}/{k}": float(v) for k, v in out[name].items()})
     run.set_tag("rung", item)
     ew = out["equal_weight"] or {}
     return {"rung": item, "shipped_step": step, "answers": len(rows), "holdout_return": ew.get("return"),
             "beta": ew.get("beta")}
+
+
+def _written(checkpoints: Path) -> dict[str, dict[str, float]]:
+    """Every distinct valid formula the rung wrote, from its last checkpoint (empty for a rung without one, or
+    one saved before the record existed)."""
+    found = list_checkpoints(checkpoints)
+    if not found or not (found[-1][1] / WRITTEN).is_file():
+        return {}
+    return dict(read_json(found[-1][1] / WRITTEN, what="formulas the rung wrote"))

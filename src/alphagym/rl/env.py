@@ -7,16 +7,20 @@ small scripted environments with the same two methods.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from alphagym.artifacts import read_json
 from alphagym.briefs.catalogue import Catalogue
 from alphagym.briefs.compliance import BriefChecker
 from alphagym.errors import ArtifactError
 from alphagym.verifier.archive import NoveltyArchive
 from alphagym.verifier.verifier import ScoreCard, Verifier
+
+WRITTEN = "written.json"     # formula -> its train CPCV and turnover, every valid one the rung wrote
 
 
 @dataclass
@@ -56,6 +60,8 @@ class VerifierEnv:
         if cache:
             verifier.enable_cache(cache)
         self._counted = (verifier.cache_lookups, verifier.cache_hits)
+        # every distinct valid formula the rung has written, with its train numbers: the archive book's pool
+        self.written: dict[str, dict[str, float]] = {}
 
     def score(self, answers: Sequence[str], brief: Mapping[str, Any]) -> list[Scored]:
         checker = BriefChecker(brief, self.catalogue, self.tolerance)
@@ -74,17 +80,25 @@ class VerifierEnv:
         for s in scored:
             if s.valid and s.card is not None and s.card.pnl is not None and s.canonical:
                 self.verifier.archive.add(s.card.pnl, s.canonical, "rl")
+                if s.card.formula and s.card.formula not in self.written:
+                    self.written[s.card.formula] = {"train_cpcv": float(s.channels["cpcv"]),
+                                                    "train_turnover": float(s.metrics.get("turnover", 0.0))}
 
     def save(self, folder: Path) -> None:
-        """The novelty archive is training state: a resumed run must see the archive the killed one had."""
+        """The novelty archive is training state: a resumed run must see the archive the killed one had; the
+        formulas written so far are what the archive book chooses from (`books.stage`)."""
         self.verifier.archive.save(folder / "archive.npz")
+        (folder / WRITTEN).write_text(json.dumps(self.written, indent=0, sort_keys=True))
 
     def load(self, folder: Path) -> None:
         """The checkpoint's archive (an ArtifactError names a missing, cut or garbled file), replacing the
-        current one only once it has been read whole and fits this verifier's panel."""
+        current one only once it has been read whole and fits this verifier's panel. A checkpoint without the
+        record of written formulas (one saved before it existed) resumes with an empty record."""
         path = folder / "archive.npz"
         archive = NoveltyArchive.load(path)
         if archive.length != self.verifier.archive.length:
             raise ArtifactError(path, f"the archive holds P&L of length {archive.length}, this run's train panel "
                                       f"gives {self.verifier.archive.length}")
+        written = read_json(folder / WRITTEN, what="formulas the rung wrote") if (folder / WRITTEN).is_file() else {}
         self.verifier.archive = archive
+        self.written = dict(written)
