@@ -185,7 +185,9 @@ def _markdown(params: Any, results: list[RungResult], rows: list[dict[str, Any]]
                                                           "holdout_score",
                                                           "holdout_sharpe", "holdout_return")), ""]
     ew, cap = ship.books.get("equal_weight"), ship.books.get("capped")
-    book_rows = [{"book": "equal weight", **(ew or {})}, {"book": "correlation-capped", **(cap or {})}]
+    arch = ship.books.get("archive")
+    book_rows = [{"book": "equal weight", **(ew or {})}, {"book": "correlation-capped", **(cap or {})},
+                 {"book": f"archive ({ship.books.get('archive_pool', 0)} written formulas)", **(arch or {})}]
     if ew:
         book_rows.append({"book": "market", "answers": None, "return": ew["market_return"],
                           "sharpe": ew["market_sharpe"], "max_drawdown": ew["market_max_drawdown"],
