@@ -165,3 +165,26 @@ def test_book_kernels_match_plain_numpy():
         ok = (w[t] != 0) & np.isfinite(fwd[t])
         ref = np.corrcoef(w[t, ok], fwd[t, ok])[0, 1] if ok.sum() >= 3 else np.nan
         assert (np.isnan(ic[t]) and np.isnan(ref)) or abs(ic[t] - ref) < 1e-12
+
+
+def test_the_channel_registry_is_the_one_list():
+    """Every channel has one row (`ch.REGISTRY`): the priorities, the zero score card, the params blocks and
+    docs/verifier.md's table follow it; a channel missing from any of them fails here."""
+    from pathlib import Path
+
+    from alphagym.params import Priorities
+    from alphagym.verifier.verifier import _zero_channels
+
+    ids = [c.id for c in ch.REGISTRY]
+    assert len(set(ids)) == len(ids) and tuple(ids) == ch.CHANNELS
+    assert [c.r for c in ch.REGISTRY] == [f"R{i}" for i in range(1, len(ids) + 1)]
+    assert list(Priorities.model_fields) == ids
+    assert list(_zero_channels()) == ids
+    for c in ch.REGISTRY:
+        assert callable(c.fn) and c.fn.__doc__ and c.fn.__doc__.split()[0].rstrip(":,") == c.r, c.id
+        assert c.params_key is None or c.params_key in V, c.id
+    table = Path(__file__).resolve().parents[1].joinpath("docs", "verifier.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| R")]
+    assert [line.split("|")[1].strip() + " " + line.split("|")[2].strip() for line in rows] == \
+        [f"{c.r} `{c.id}`" for c in ch.REGISTRY]
+    assert {c.scope for c in ch.REGISTRY if c.id in ("pbo", "novelty_syntax")} == {"group"}

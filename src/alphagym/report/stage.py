@@ -211,12 +211,10 @@ def _markdown(params: Any, results: list[RungResult], rows: list[dict[str, Any]]
 
 def _export(params: Any, deps: dict[str, Path], results: list[RungResult], rows: list[dict[str, Any]],
             spread: list[dict[str, Any]], ship: RungResult) -> dict[str, Any]:
-    channel_docs = {c: (vars(ch).get(c) or vars(ch).get(f"{c}_penalty") or vars(ch).get(f"{c}_channel")
-                        or vars(ch).get(f"{c}_penalties")) for c in ch.CHANNELS}
     return {
         "rewards": {"channels": list(ch.CHANNELS), "priorities": dict(params["verifier"]["priorities"]),
-                    "definitions": {c: (f.__doc__ or "").strip() if f else "computed in the verifier"
-                                    for c, f in channel_docs.items()}},
+                    "definitions": {c.id: f"{c.r} ({c.scope}): {c.doc}. {(c.fn.__doc__ or '').strip()}"
+                                    for c in ch.REGISTRY}},
         "world_model": {"config": dict(params["worldmodel"]), "jepa_stress": dict(params["verifier"]["jepa_stress"]),
                         "gates": read_json(deps["gates"], what="world-model gate report")},
         "ladder": rows, "seeds": spread, "shipped": {"rung": ship.item, "step": ship.probe["shipped_step"]},

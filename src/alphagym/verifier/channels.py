@@ -3,15 +3,14 @@ profitable without an edge; the worked examples of the verifier issue are their 
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 
 from alphagym.dsl.ast import Call, Field, Node, Num
 from alphagym.dsl.registry import OPS
-
-CHANNELS = ("cpcv", "pbo", "jepa_stress", "factor_neutrality", "turnover", "min_turnover", "ic",
-            "novelty_pnl", "novelty_syntax", "motif_guard", "complexity", "format")
 
 
 def factor_neutrality(raw_sharpe: float, residual_sharpe: float, cfg: dict[str, Any]) -> float:
@@ -74,7 +73,7 @@ def format_bonus(has_reasoning: bool, cfg: dict[str, Any]) -> float:
 
 
 def pbo_penalties(insample: np.ndarray, oos: np.ndarray, floor: float) -> np.ndarray:
-    """R2 for a group: per slice, rank answers by in-sample and by out-of-sample Sharpe; an answer's penalty
+    """R2, for a group: per slice, rank answers by in-sample and by out-of-sample Sharpe; an answer's penalty
     is floor * mean over slices of max(0, oos rank - in-sample rank) / (n - 1). Rank 0 is the best.
     insample, oos: (answers, slices). First in-sample and last out-of-sample pays the full floor."""
     n = insample.shape[0]
@@ -106,3 +105,58 @@ def is_bare_motif(node: Node) -> bool:
 def motif_guard_applies(node: Node, fields: list[str], ic: float, cfg: dict[str, Any]) -> bool:
     """R10: a bare motif or a price-only formula (no volume) whose IC is below the threshold."""
     return (is_bare_motif(node) or "volume" not in fields) and ic < cfg["ic_threshold"]
+
+
+def cpcv_channel(cpcv: float) -> float:
+    """R1: the CPCV of the net P&L itself (`engine.scorer.BookScorer.cpcv_sharpes`: 6 blocks, each of the 15
+    pairs a test slice, mean(SR_k) - 0.5 std(SR_k), purged and embargoed); an invalid answer gets the
+    invalid score of its kind instead."""
+    return cpcv
+
+
+def motif_guard(applies: bool, cfg: dict[str, Any]) -> float:
+    """R10: -1 when `motif_guard_applies` (and every positive channel is set to 0), else 0."""
+    return float(cfg["penalty"]) if applies else 0.0
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One reward channel: its id (the score card's key and `verifier.priorities`' key), R-number, the pure
+    function that computes it, its params block under `verifier:`, whether it is per answer or needs the
+    group, and a one-line definition with a worked example."""
+
+    id: str
+    r: str
+    fn: Callable[..., Any]
+    params_key: str | None
+    scope: Literal["answer", "group"]
+    doc: str
+
+
+# The one table of channels, in score-card order: `CHANNELS`, the zero card, the report's definitions and
+# the docs' table are read from it (tests/test_verifier_channels.py keeps `Priorities` and docs/verifier.md
+# in step with it).
+REGISTRY: tuple[Channel, ...] = (
+    Channel("cpcv", "R1", cpcv_channel, "cpcv", "answer",
+            "CPCV of the net P&L: mean(SR_k) - 0.5 std(SR_k) over 15 purged test slices"),
+    Channel("pbo", "R2", pbo_penalties, "pbo", "group",
+            "rank drop from in-sample to test Sharpe within the group, times -0.48; 0 for a group of one"),
+    Channel("jepa_stress", "R3", jepa_stress, "jepa_stress", "answer",
+            "-min(1, 0.4 log(1 + mean CPCV drop in the kept stress worlds)); a drop of 1.72 pays -0.4"),
+    Channel("factor_neutrality", "R4", factor_neutrality, "factor_neutrality", "answer",
+            "-0.4 clip(raw - residual Sharpe after 5 factors, 0, 3); 1.5 -> 0.3 pays -0.48"),
+    Channel("turnover", "R5", turnover_penalty, "turnover", "answer", "-2 max(0, turnover - 0.5)"),
+    Channel("min_turnover", "R6", min_turnover, "min_turnover", "answer",
+            "0 at >= 6%/day, a ramp to -1 at 3%, -1 to 2%; below 2% invalid"),
+    Channel("ic", "R7", ic_channel, "ic", "answer", "0.2 clip(20 IC, -1, 1), at most 0.05 while CPCV <= 0"),
+    Channel("novelty_pnl", "R8", novelty_pnl, "novelty_pnl", "answer",
+            "0.4 (1 - max |corr| with the archive); a near duplicate (>= 0.95) pays -0.4"),
+    Channel("novelty_syntax", "R9", novelty_syntax, "novelty_syntax", "group",
+            "0.2 (1 - max |corr|) for an unseen form of an unseen book; -0.3 per group answer sharing its form"),
+    Channel("motif_guard", "R10", motif_guard, "motif_guard", "answer",
+            "a bare motif or price-only formula with IC < 0.005: positive channels to 0, -1"),
+    Channel("complexity", "R11", complexity, "complexity", "answer", "-0.02 per expression node beyond 24"),
+    Channel("format", "R12", format_bonus, "format", "answer", "+0.05 for a reasoning block before the answer"),
+)
+CHANNELS = tuple(c.id for c in REGISTRY)
+BY_ID = {c.id: c for c in REGISTRY}

@@ -274,7 +274,7 @@ class Verifier:
         for k, v in card.channels.items():
             if v > 0:
                 card.channels[k] = 0.0
-        card.channels["motif_guard"] = float(self.cfg["motif_guard"]["penalty"])
+        card.channels["motif_guard"] = ch.motif_guard(True, self.cfg["motif_guard"])
 
     def score(self, text: str, answer: bool = False, brief: BriefCheck | None = None) -> ScoreCard:
         return self.score_group([text], answer=answer, brief=brief)[0]
