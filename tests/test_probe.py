@@ -151,6 +151,7 @@ def test_the_archive_book_is_chosen_on_train_numbers_before_the_holdout_sees_it(
     chosen ones are ever scored on the holdout year, after the choice."""
     import alphagym.books.stage as books_stage
 
+    assert books_stage.WRITTEN == WRITTEN                # the books read the file the trainer writes
     params, table = ladder
     if not Path(table["probe@cispo_repo"].outs["summary"]).exists():
         run_stage(params, "probe@cispo_repo")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from alphagym.briefs.catalogue import load_catalogue
 from alphagym.config import load_params
@@ -97,6 +98,30 @@ def test_the_env_records_every_distinct_valid_formula_and_keeps_it_across_a_resu
     again = VerifierEnv(Verifier(sim_panels[0], params), cat, 0.5)
     again.load(tmp_path)
     assert again.written == env.written
+    assert list(again.recent) == list(env.recent) and len(env.recent) == 2     # R13's memory, both steps
     (tmp_path / WRITTEN).unlink()
     again.load(tmp_path)
     assert again.written == {}
+
+
+def test_the_env_sets_crowding_over_the_whole_step(sim_panels):
+    """`step_channels` charges each valid answer its family's share among the other groups' answers and the
+    committed steps'; the groups' other channels are untouched."""
+    params = load_params(ROOT / "params.yaml")
+    cat = load_catalogue()
+    brief = next(iter(_briefs(params, cat)))
+    env = VerifierEnv(Verifier(sim_panels[0], params), cat, 0.5)
+    g1, g2 = env.score(ANSWERS[:2], brief), env.score(ANSWERS[2:], brief)
+    before = [dict(s.channels) for s in g1 + g2]
+    env.step_channels([g1, g2])
+    # g1: volume (shared with g2's answer 0) and reversal; g2: volume, broken, corr formula
+    assert g1[0].channels["crowding"] == pytest.approx(-1 / 2) and g1[1].channels["crowding"] == 0.0
+    assert g2[0].channels["crowding"] == pytest.approx(-1 / 2) and g2[1].channels["crowding"] == 0.0
+    assert g2[2].channels["crowding"] == 0.0
+    for s, b in zip(g1 + g2, before):
+        assert {k: v for k, v in s.channels.items() if k != "crowding"} == {k: v for k, v in b.items()
+                                                                              if k != "crowding"}
+    env.commit(g1 + g2)
+    g3 = env.score(ANSWERS[:1], brief)
+    env.step_channels([g3])                      # alone in its step: only the committed step counts
+    assert g3[0].channels["crowding"] == pytest.approx(-2 / 4)

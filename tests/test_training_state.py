@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import deque
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -38,14 +39,15 @@ TIMING = ("step_time", "time/generation", "time/scoring", "time/reference", "tim
 
 
 class ArchiveEnv(VerifierEnv):
-    """The planted reward of `VolumeEnv` with the real environment's saved state: its novelty archive and its
-    record of written formulas, saved and loaded by `VerifierEnv.save` / `VerifierEnv.load`."""
+    """The planted reward of `VolumeEnv` with the real environment's saved state: its novelty archive, its
+    record of written formulas and R13's recent families, saved and loaded by `VerifierEnv.save` / `.load`."""
 
     def __init__(self) -> None:
-        self.verifier = SimpleNamespace(archive=NoveltyArchive(12, 64))
+        self.verifier = SimpleNamespace(archive=NoveltyArchive(12, 64), cfg={"crowding": {"weight": 1.0}})
         self.priorities = VolumeEnv.priorities
         self._inner = VolumeEnv()
         self.written = {}
+        self.recent = deque(maxlen=3)
 
     def score(self, answers, brief):
         return self._inner.score(answers, brief)
@@ -319,7 +321,7 @@ def test_fuzz_damaged_checkpoint_files_are_named_before_anything_loads(sft_state
     before = {k: v.clone() for k, v in tr.policy.model.state_dict().items()}
     files = sorted(p for p in ckpt.rglob("*") if p.is_file())
     assert {"trainer_state.pt", "adapter_model.safetensors", "archive.npz", "alphagym_policy.json",
-            "manifest.json", "adapter_config.json", "written.json"} <= {p.name for p in files}
+            "manifest.json", "adapter_config.json", "written.json", "recent_families.json"} <= {p.name for p in files}
     for f in files:
         good = f.read_bytes()
         for _ in range(4):

@@ -188,3 +188,22 @@ def test_the_channel_registry_is_the_one_list():
     assert [line.split("|")[1].strip() + " " + line.split("|")[2].strip() for line in rows] == \
         [f"{c.r} `{c.id}`" for c in ch.REGISTRY]
     assert {c.scope for c in ch.REGISTRY if c.id in ("pbo", "novelty_syntax")} == {"group"}
+
+
+def test_crowding_worked_example_where_one_family_dominates():
+    """R13 on a hand-made step of three briefs, family A everywhere: an answer pays its family's share among
+    the other briefs' valid answers and the recent steps', so a group of A's and one B still varies, and a
+    group of four A's (which GDPO would see as flat on any per-group diversity) is charged for A's crowding."""
+    cfg = {"weight": 1.0}
+    fams = [["A", "A", "B", None], ["A", "A", "A", "A"], ["A", "C", "C", "A"]]
+    recent = {"A": 6, "B": 1, "D": 1}
+    out = ch.crowding(fams, recent, cfg)
+    # group 0 sees 8 other answers this step (A x6, C x2) and 8 recent ones (A 6, B 1, D 1): 16 in all
+    assert out[0] == pytest.approx([-12 / 16, -12 / 16, -1 / 16, 0.0])
+    # group 1 sees 7 (A 4 of group 0's 2 and group 2's 2, B 1, C 2) + 8 recent = 15
+    assert out[1] == pytest.approx([-(4 + 6) / 15] * 4)
+    # group 2 sees 7 (A 6, B 1) + 8 = 15
+    assert out[2] == pytest.approx([-(6 + 6) / 15, 0.0, 0.0, -(6 + 6) / 15])
+    assert len(set(out[0][:3])) == 2                      # varies within a group whose families differ
+    assert ch.crowding([["A"]], {}, cfg) == [[0.0]]        # nothing to compare with: 0
+    assert ch.crowding(fams, recent, {"weight": 0.5})[1][0] == pytest.approx(-0.5 * 10 / 15)

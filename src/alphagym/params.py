@@ -297,6 +297,12 @@ class Priorities(Section):
     motif_guard: NonNeg = Field(description="R10 weight")
     complexity: NonNeg = Field(description="R11 weight")
     format: NonNeg = Field(description="R12 weight")
+    crowding: NonNeg = Field(description="R13 weight (0: logged, not rewarded)")
+
+
+class Crowding(Section):
+    weight: NonNeg = Field(description="R13 = -weight x the family's share elsewhere in the step and recent steps")
+    window: Annotated[int, Field(ge=0, le=10_000)] = Field(description="recent steps whose answers count")
 
 
 class Pbo(Section):
@@ -400,6 +406,7 @@ class Verifier(Section):
     ic: Ic
     novelty_pnl: NoveltyPnl
     novelty_syntax: NoveltySyntax
+    crowding: Crowding
     motif_guard: MotifGuard
     complexity: Complexity
     format: Format

@@ -195,7 +195,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
                "checkpoints": f"{rl}/{{item}}/checkpoints"},
               {"books": f"{books}/{{item}}/books.json", "daily": f"{books}/{{item}}/daily.parquet"},
               ("dsl", "verifier", "books"),
-              ("src/alphagym/books", *engine, "src/alphagym/verifier", "src/alphagym/rl/checkpoints.py"),
+              ("src/alphagym/books", *engine, "src/alphagym/verifier"),
               metrics=("books",), family=RUNGS, priority=RUNG_PRIORITY + 2,
               help="the shipped checkpoint's equal-weight and correlation-capped books, and the rung's archive "
                    "book, on the holdout year"),

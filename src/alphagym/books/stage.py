@@ -13,6 +13,7 @@ Writes the metrics of the three and of the market, and the daily returns the rep
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,13 @@ from alphagym.artifacts import read_json, read_parquet, write_parquet
 from alphagym.books.metrics import book_metrics, capped_selection, capped_stream
 from alphagym.errors import ArtifactError, DataError
 from alphagym.panel import Panel
-from alphagym.rl.checkpoints import list_checkpoints
-from alphagym.rl.env import WRITTEN
 from alphagym.tracking import StageRun
 from alphagym.verifier.verifier import Verifier
+
+# the trainer's record of written formulas in each checkpoint (`rl.env.WRITTEN`; a test keeps the two equal):
+# named here so that the books stage does not import the RL code (and rerun whenever it changes)
+WRITTEN = "written.json"
+CHECKPOINT = re.compile(r"checkpoint-(\d{6})")
 
 # what the books read of the probe's answers
 ANSWER_COLUMNS = ("step", "valid", "formula", "canonical", "brief")
@@ -111,7 +115,7 @@ def books(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageR
 def _written(checkpoints: Path) -> dict[str, dict[str, float]]:
     """Every distinct valid formula the rung wrote, from its last checkpoint (empty for a rung without one, or
     one saved before the record existed)."""
-    found = list_checkpoints(checkpoints)
-    if not found or not (found[-1][1] / WRITTEN).is_file():
+    found = sorted(p for p in Path(checkpoints).iterdir() if p.is_dir() and CHECKPOINT.fullmatch(p.name))
+    if not found or not (found[-1] / WRITTEN).is_file():
         return {}
-    return dict(read_json(found[-1][1] / WRITTEN, what="formulas the rung wrote"))
+    return dict(read_json(found[-1] / WRITTEN, what="formulas the rung wrote"))

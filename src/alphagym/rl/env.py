@@ -8,6 +8,7 @@ small scripted environments with the same two methods.
 from __future__ import annotations
 
 import json
+from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,10 +18,12 @@ from alphagym.artifacts import read_json
 from alphagym.briefs.catalogue import Catalogue
 from alphagym.briefs.compliance import BriefChecker
 from alphagym.errors import ArtifactError
+from alphagym.verifier import channels as ch
 from alphagym.verifier.archive import NoveltyArchive
 from alphagym.verifier.verifier import ScoreCard, Verifier
 
 WRITTEN = "written.json"     # formula -> its train CPCV and turnover, every valid one the rung wrote
+RECENT = "recent_families.json"   # R13's memory: the families of the last steps' valid answers
 
 
 @dataclass
@@ -62,6 +65,8 @@ class VerifierEnv:
         self._counted = (verifier.cache_lookups, verifier.cache_hits)
         # every distinct valid formula the rung has written, with its train numbers: the archive book's pool
         self.written: dict[str, dict[str, float]] = {}
+        # the families of each recent step's valid answers, newest last (R13's memory)
+        self.recent: deque[dict[str, int]] = deque(maxlen=int(cfg["crowding"]["window"]))
 
     def score(self, answers: Sequence[str], brief: Mapping[str, Any]) -> list[Scored]:
         checker = BriefChecker(brief, self.catalogue, self.tolerance)
@@ -76,7 +81,20 @@ class VerifierEnv:
         self._counted = (v.cache_lookups, v.cache_hits)
         return {"verifier/cache_hit_rate": hits / lookups if lookups else 0.0}
 
+    def step_channels(self, scored: Sequence[Sequence[Scored]]) -> None:
+        """The channels that need the whole step (R13 `crowding`), set on every answer of the step's groups
+        before advantages are computed; the recent steps are those committed before this one."""
+        recent: Counter[str] = Counter()
+        for c in self.recent:
+            recent.update(c)
+        values = ch.crowding([[s.canonical if s.valid else None for s in g] for g in scored], recent,
+                             self.verifier.cfg["crowding"])
+        for g, row in zip(scored, values, strict=True):
+            for s, v in zip(g, row, strict=True):
+                s.channels["crowding"] = v
+
     def commit(self, scored: Sequence[Scored]) -> None:
+        self.recent.append(dict(Counter(s.canonical for s in scored if s.valid and s.canonical)))
         for s in scored:
             if s.valid and s.card is not None and s.card.pnl is not None and s.canonical:
                 self.verifier.archive.add(s.card.pnl, s.canonical, "rl")
@@ -89,16 +107,21 @@ class VerifierEnv:
         formulas written so far are what the archive book chooses from (`books.stage`)."""
         self.verifier.archive.save(folder / "archive.npz")
         (folder / WRITTEN).write_text(json.dumps(self.written, indent=0, sort_keys=True))
+        (folder / RECENT).write_text(json.dumps({"steps": list(self.recent)}))
 
     def load(self, folder: Path) -> None:
         """The checkpoint's archive (an ArtifactError names a missing, cut or garbled file), replacing the
         current one only once it has been read whole and fits this verifier's panel. A checkpoint without the
-        record of written formulas (one saved before it existed) resumes with an empty record."""
+        record of written formulas or of recent families (one saved before they existed) resumes with empty
+        ones."""
         path = folder / "archive.npz"
         archive = NoveltyArchive.load(path)
         if archive.length != self.verifier.archive.length:
             raise ArtifactError(path, f"the archive holds P&L of length {archive.length}, this run's train panel "
                                       f"gives {self.verifier.archive.length}")
         written = read_json(folder / WRITTEN, what="formulas the rung wrote") if (folder / WRITTEN).is_file() else {}
+        recent = (read_json(folder / RECENT, keys=("steps",), what="recent steps' families")["steps"]
+                  if (folder / RECENT).is_file() else [])
         self.verifier.archive = archive
         self.written = dict(written)
+        self.recent = deque(recent, maxlen=self.recent.maxlen)

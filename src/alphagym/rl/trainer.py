@@ -136,6 +136,10 @@ class Trainer:
                 timing["time/generation"] += t2 - t1
                 timing["time/scoring"] += time.perf_counter() - t2
         timing.update({"refill/rounds": float(rounds), "refill/groups_replaced": float(replaced)})
+        if hasattr(self.env, "step_channels"):       # channels over the whole step (R13), before advantages
+            t3 = time.perf_counter()
+            self.env.step_channels(scored)
+            timing["time/scoring"] += time.perf_counter() - t3
         if hasattr(self.env, "step_metrics"):        # the verifier's card cache: how much scoring it saved
             timing.update(self.env.step_metrics())
         t3 = time.perf_counter()

@@ -3,7 +3,8 @@ profitable without an edge; the worked examples of the verifier issue are their 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -107,6 +108,26 @@ def motif_guard_applies(node: Node, fields: list[str], ic: float, cfg: dict[str,
     return (is_bare_motif(node) or "volume" not in fields) and ic < cfg["ic_threshold"]
 
 
+def crowding(families: Sequence[Sequence[str | None]], recent: Mapping[str, int],
+             cfg: Mapping[str, Any]) -> list[list[float]]:
+    """R13, over a whole step: -weight x the share of an answer's formula family (its canonical form, windows
+    bucketed) among the valid answers to the *other* briefs of its step and of the last `window` steps
+    (`recent`: family -> count); 0 for an answer without a family (invalid) or with nothing to compare.
+    `families`: one list per brief (group) of the step. Counting other briefs and earlier steps, not the
+    answer's own group, keeps the signal alive where GDPO standardises within the group: in a group whose
+    answers differ in family it differs wherever their families are not equally crowded elsewhere. Family A
+    written by 6 of 8 answers to the other briefs and recent steps pays -0.75 x weight."""
+    step = Counter(f for g in families for f in g if f)
+    n_recent = sum(recent.values())
+    out = []
+    for g in families:
+        own = Counter(f for f in g if f)
+        n_other = sum(step.values()) - sum(own.values()) + n_recent
+        out.append([-float(cfg["weight"]) * (step[f] - own[f] + recent.get(f, 0)) / n_other
+                    if f and n_other else 0.0 for f in g])
+    return out
+
+
 def cpcv_channel(cpcv: float) -> float:
     """R1: the CPCV of the net P&L itself (`engine.scorer.BookScorer.cpcv_sharpes`: 6 blocks, each of the 15
     pairs a test slice, mean(SR_k) - 0.5 std(SR_k), purged and embargoed); an invalid answer gets the
@@ -129,7 +150,7 @@ class Channel:
     r: str
     fn: Callable[..., Any]
     params_key: str | None
-    scope: Literal["answer", "group"]
+    scope: Literal["answer", "group", "step"]
     doc: str
 
 
@@ -157,6 +178,9 @@ REGISTRY: tuple[Channel, ...] = (
             "a bare motif or price-only formula with IC < 0.005: positive channels to 0, -1"),
     Channel("complexity", "R11", complexity, "complexity", "answer", "-0.02 per expression node beyond 24"),
     Channel("format", "R12", format_bonus, "format", "answer", "+0.05 for a reasoning block before the answer"),
+    Channel("crowding", "R13", crowding, "crowding", "step",
+            "-weight x the share of the answer's family among the other briefs' answers of the step and of "
+            "recent steps (set by the RL environment; 0 when a formula is scored alone)"),
 )
 CHANNELS = tuple(c.id for c in REGISTRY)
 BY_ID = {c.id: c for c in REGISTRY}
