@@ -19,6 +19,7 @@ from alphagym.artifacts import write_manifest
 from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.generate import generate, write_briefs
 from alphagym.config import load_params
+from alphagym.data.sources import load_source
 from alphagym.errors import ConfigError, DataError, PolicyError
 from alphagym.pipeline import stage_table
 from alphagym.policy.model import build_policy, wrap_adapter
@@ -66,6 +67,9 @@ def ladder(tmp_path_factory, sim_panels):
     for key, panel in (("train", train), ("holdout", holdout)):
         Path(deps[key]).parent.mkdir(parents=True, exist_ok=True)
         panel.write_parquet(deps[key])
+    truth = load_source(params)[2]                        # the simulator's effects, decoys and traps
+    Path(deps["truth"]).parent.mkdir(parents=True, exist_ok=True)
+    Path(deps["truth"]).write_text(json.dumps(truth, default=float))
     cat = load_catalogue()
     _, held, _ = generate(cat, params.briefs.model_dump(), 7)
     Path(deps["briefs_holdout"]).parent.mkdir(parents=True, exist_ok=True)
@@ -124,6 +128,7 @@ def test_probe_selects_on_train_numbers_before_scoring_the_holdout(ladder, monke
     best = t.sort_values(["train_cpcv", "step"], ascending=[False, True]).iloc[0]
     assert int(best["step"]) == out["shipped_step"]
     assert t["pass_at_k"].between(0, 1).all() and {"families", "holdout_effective_bets", "capped_answers"} <= set(t)
+    assert (t["planted_edges"] == 2).all() and t["planted_edges_expressed"].between(0, 2).all()
     a = pd.read_parquet(outs["answers"])
     assert len(a) == 3 * 6 and set(a["step"]) == {0, 2, 4}
     # a valid answer has a holdout score exactly when it is valid on the holdout year too

@@ -11,7 +11,7 @@ import pytest
 
 from alphagym.books.metrics import effective_bets
 from alphagym.config import load_params
-from alphagym.probe.probe import families, holdout_table, mean_abs_corr, pass_at_k
+from alphagym.probe.probe import coverage, families, holdout_table, mean_abs_corr, pass_at_k
 from alphagym.verifier.verifier import Verifier
 
 P = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
@@ -70,6 +70,7 @@ def test_the_capped_book_is_chosen_on_train_numbers_only():
     t3 = table(held, [base[0], base[1], base[2], base[3]])        # on train, 1 is now its own bet
     assert t3["capped_answers"] == 3
     assert t1["holdout_effective_bets"] == pytest.approx(effective_bets(np.stack(list(held.values()))))
+    assert "planted_edges" not in t1.index           # no ground truth (real data): the coverage columns are absent
 
 
 def test_pass_at_k_counts_briefs_with_one_good_answer(verifier):
@@ -84,3 +85,17 @@ def test_pass_at_k_counts_briefs_with_one_good_answer(verifier):
                [f"<alpha>{broken}</alpha>", f"<alpha>{broken}</alpha>"],
                [f"<alpha>{bad}</alpha>"]]
     assert pass_at_k(briefs, samples, verifier) == pytest.approx(1 / 3)
+
+
+def test_coverage_counts_edges_expressed_and_answers_on_decoys():
+    """Three planted edges and a trap; answers: two copies of edge a (one sign-flipped), a blend of b and
+    noise that still correlates 0.7 with b, one on the trap, one independent: 2 of 3 edges expressed, one
+    answer on the trap."""
+    rng = np.random.default_rng(3)
+    a, b, c, trap, other, noise = rng.normal(size=(6, 400))
+    effects = {"a": ("edge", a), "b": ("edge", b), "c": ("edge", c), "t": ("trap", trap)}
+    answers = [a, -a, 0.7 * b + 0.7 * noise, trap + 0.1 * noise, other]
+    assert coverage(answers, effects) == {"planted_edges": 3, "planted_edges_expressed": 2, "decoy_trap_answers": 1}
+    assert coverage([], effects)["planted_edges_expressed"] == 0
+    assert coverage([other], {"a": ("edge", a)}) == {"planted_edges": 1, "planted_edges_expressed": 0,
+                                                     "decoy_trap_answers": 0}

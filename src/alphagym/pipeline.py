@@ -179,6 +179,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
               help="train one rung of the RL ladder from the SFT policy (one stage per rung in rl.ladder)"),
         Stage("probe", "alphagym.probe.stage:probe",
               {"train": f"{r}/panel/train.parquet", "holdout": f"{r}/panel/holdout.parquet",
+               "truth": f"{r}/raw/ground_truth.json",
                "briefs_holdout": f"{r}/briefs/holdout.jsonl", "policy": f"{r}/sft/{rl_policy}/policy",
                "checkpoints": f"{rl}/{{item}}/checkpoints"},
               {"answers": f"{probe}/{{item}}/answers.parquet", "table": f"{probe}/{{item}}/checkpoints.parquet",

@@ -15,6 +15,10 @@ Counting bets, per checkpoint, over its greedy answers (one per holdout brief):
   effective_bets`: n independent answers give n, n copies of one give 1);
 - `pass_at_k`: per-brief pass@k, the share of briefs where at least one of k sampled answers (k =
   `probe.pass_k`, 4 by default, at `probe.temperature`) is valid with positive train CPCV;
+- simulator only (the market's ground truth lists its effects; on real data these columns are absent, not
+  zero): `planted_edges_expressed` of `planted_edges`, the edges some valid answer expresses (its holdout
+  P&L |corr| >= 0.5 with the planted formula's), and `decoy_trap_answers`, the answers whose holdout P&L
+  has |corr| >= 0.5 with a decoy's or a trap's formula;
 - `capped_*`: the correlation-capped book (`books.metrics.capped_selection`, on train numbers only: train
   CPCV order, `books.min_turnover`, |corr| of train P&L under `books.max_corr`): its size, holdout Sharpe
   and effective bets.
@@ -105,6 +109,26 @@ def mean_abs_corr(pnls: Sequence[np.ndarray]) -> float:
     return float(c[np.triu_indices_from(c, k=1)].mean())
 
 
+EXPRESSES = 0.5      # holdout P&L |corr| at or above which an answer expresses a planted effect
+
+
+def coverage(answer_pnls: Sequence[np.ndarray], effects: Mapping[str, tuple[str, np.ndarray]],
+             threshold: float = EXPRESSES) -> dict[str, int]:
+    """How many planted edges the answers express, and how many answers sit on a decoy or a trap.
+    `effects`: name -> (kind: edge, decoy or trap; the planted formula's holdout P&L)."""
+    edges = [n for n, (k, _) in effects.items() if k == "edge"]
+    out = {"planted_edges": len(edges), "planted_edges_expressed": 0, "decoy_trap_answers": 0}
+    if not answer_pnls or not effects:
+        return out
+    names = list(effects)
+    z_a, z_e = _standardised(answer_pnls), _standardised([effects[n][1] for n in names])
+    c = np.abs(z_a @ z_e.T) >= threshold                     # answers x effects
+    out["planted_edges_expressed"] = int(sum(c[:, names.index(n)].any() for n in edges))
+    bad = [j for j, n in enumerate(names) if effects[n][0] != "edge"]
+    out["decoy_trap_answers"] = int(c[:, bad].any(axis=1).sum()) if bad else 0
+    return out
+
+
 def train_table(answers: pd.DataFrame, pnls: Sequence[np.ndarray | None]) -> pd.DataFrame:
     """Per checkpoint: the selector (mean train CPCV over all answers), valid count, formula families among
     the valid answers (`families`), brief compliance. `pnls`: each answer's train P&L, in the rows' order."""
@@ -157,11 +181,13 @@ def holdout_phase(answers: pd.DataFrame, holdout: Verifier, progress: Callable[[
 
 def holdout_table(answers: pd.DataFrame, books: Mapping[int, np.ndarray], market: np.ndarray,
                   holdout_pnls: Mapping[int, np.ndarray], train_pnls: Sequence[np.ndarray | None],
-                  min_turnover: float, max_corr: float) -> pd.DataFrame:
+                  min_turnover: float, max_corr: float,
+                  effects: Mapping[str, tuple[str, np.ndarray]] | None = None) -> pd.DataFrame:
     """Per checkpoint: mean holdout score over its valid answers, how many were valid on the holdout year,
     the equal-weight book's return, Sharpe, beta to the market, mean pairwise |corr| and effective bets,
     and the correlation-capped book chosen on train numbers (its size, holdout Sharpe, effective bets).
-    `holdout_pnls` and `train_pnls` are by row position in `answers`."""
+    `holdout_pnls` and `train_pnls` are by row position in `answers`; with the simulator's `effects`
+    (`coverage`), the coverage columns too."""
     rows = []
     for step, d in answers.groupby("step", sort=True):
         book = books.get(int(step))
@@ -181,5 +207,6 @@ def holdout_table(answers: pd.DataFrame, books: Mapping[int, np.ndarray], market
                      "holdout_effective_bets": effective_bets(np.asarray(held)) if held else 0.0,
                      "capped_answers": len(capped),
                      "capped_holdout_sharpe": sharpe(np.mean(capped, axis=0)) if capped else np.nan,
-                     "capped_effective_bets": effective_bets(np.asarray(capped)) if capped else 0.0})
+                     "capped_effective_bets": effective_bets(np.asarray(capped)) if capped else 0.0,
+                     **(coverage(held, effects) if effects is not None else {})})
     return pd.DataFrame(rows)

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 from tqdm.auto import tqdm
 
-from alphagym.artifacts import write_parquet
+from alphagym.artifacts import read_json, write_parquet
 from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.generate import read_briefs
 from alphagym.panel import Panel
@@ -67,7 +67,8 @@ def probe(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageR
     market = holdout_v.market[holdout_v.rows]
     caps = params["books"]
     table = train.merge(holdout_table(answers, books, market, holdout_pnls, train_pnls,
-                                      float(caps["min_turnover"]), float(caps["max_corr"])), on="step")
+                                      float(caps["min_turnover"]), float(caps["max_corr"]),
+                                      _planted(deps["truth"], holdout_v)), on="step")
     table["shipped"] = table["step"] == shipped
 
     write_parquet(answers, outs["answers"])
@@ -90,3 +91,17 @@ def probe(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageR
 def _plain(row: pd.Series) -> dict[str, Any]:
     """A table row as JSON values (NaN -> null)."""
     return {k: (None if pd.isna(v) else (v.item() if hasattr(v, "item") else v)) for k, v in row.items()}
+
+
+def _planted(truth: Path, holdout: Verifier) -> dict[str, tuple[str, Any]] | None:
+    """The simulator's effects, decoys and traps with their planted formulas' holdout P&L (None on real data,
+    whose ground truth lists no effects: the coverage columns are then absent)."""
+    effects = read_json(truth, what="ground truth").get("effects")
+    if not effects:
+        return None
+    out = {}
+    for name, e in effects.items():
+        card = holdout.score_one(e["formula"])
+        if card.valid:
+            out[name] = (e.get("kind", "edge"), card.pnl)
+    return out

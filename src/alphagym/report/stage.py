@@ -37,7 +37,7 @@ LADDER_COLS = ("rung", "parent", "change", "status", "steps", "shipped_step", "t
 CKPT_COLS = ("step", "shipped", "train_cpcv", "valid", "families", "compliance", "compliant_share", "pass_at_k",
              "holdout_score", "holdout_valid", "holdout_book_return", "holdout_book_sharpe", "holdout_book_beta",
              "holdout_mean_abs_corr", "holdout_effective_bets", "capped_answers", "capped_holdout_sharpe",
-             "capped_effective_bets")
+             "capped_effective_bets", "planted_edges_expressed", "planted_edges", "decoy_trap_answers")
 BOOK_KEYS = ("answers", "return", "sharpe", "max_drawdown", "beta", "market_corr", "book_mean_on_down_days",
              "mean_pairwise_corr", "effective_bets")
 
