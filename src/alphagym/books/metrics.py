@@ -84,17 +84,9 @@ def capped_selection(train_cpcv: Sequence[float], turnover: Sequence[float], tra
                      min_turnover: float = 0.02, max_corr: float = 0.5) -> list[int]:
     """Indices of the correlation-capped book, chosen on train-window numbers only: answers by train CPCV,
     best first; skip turnover below `min_turnover`; skip an answer whose train P&L has |corr| >= `max_corr`
-    with any answer already chosen."""
-    order = np.argsort(-np.asarray(train_cpcv, float), kind="stable")
-    chosen: list[int] = []
-    for i in order:
-        if turnover[i] < min_turnover:
-            continue
-        if any(abs(float(np.corrcoef(train_pnls[i], train_pnls[j])[0, 1])) >= max_corr for j in chosen):
-            continue
-        chosen.append(int(i))
-    return chosen
-
+    with any answer already chosen (`capped_stream` over P&L already computed, no size cap)."""
+    return capped_stream(list(zip(train_cpcv, turnover, strict=True)), lambda i: train_pnls[i], len(train_cpcv),
+                         min_turnover, max_corr)
 
 def capped_stream(candidates: Sequence[tuple[float, float]], train_pnl: Callable[[int], np.ndarray | None],
                   size: int, min_turnover: float = 0.02, max_corr: float = 0.5) -> list[int]:

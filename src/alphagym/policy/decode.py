@@ -1,10 +1,9 @@
 """The policy's sampling loop: run the prompts once, then one token a step for the rows still writing.
 
 Hand-written rather than `transformers`' `generate` because a small model on the CPU costs less per token
-than `generate`'s machinery around it. The tiny policy (4 layers, 128 wide, 1,173 tokens) decodes 32 rows
-in about 4.6 ms a token through `LlamaDecoder` against 7.9 ms through the model's own forward, with
-`generate`'s per-token processors and stopping checks on top; `torch.compile` of the forward gave nothing
-on this CPU (7.8 ms a token after a 56 s compile: the dynamic cache breaks its graph). What the loop does:
+than `generate`'s machinery around it (per-token processors, stopping checks, the cache bookkeeping of a
+general forward; BENCHMARKS.md, "sampling one default RL batch"); `torch.compile` of the forward did not help
+on the CPU (the dynamic cache breaks its graph). What the loop does:
 
 - **Draws** by the Gumbel-max trick: one uniform per vocabulary entry and row from a seeded
   `torch.Generator`, keys `logits / T - log(-log u)`, the token with the largest key. That is an exact
@@ -12,7 +11,7 @@ on this CPU (7.8 ms a token after a 56 s compile: the dynamic cache breaks its g
   `policy.decoding: grammar` the `GrammarSampler` walks the same keys in order and keeps the first viable
   token: an exact draw from the distribution restricted to viable tokens.
 - **Finished rows leave the batch**: an answer that wrote the end token drops out of the forward (its
-  cache rows are dropped too), so a long answer no longer carries 31 finished ones to the token cap.
+  cache rows are dropped too), so one long answer does not carry the finished ones to the token cap.
 - **The forward** of each token: `LlamaDecoder` for a plain `LlamaForCausalLM` on unquantised weights on
   the CPU (the merged copy `Policy.sampling_model` gives an adapter there), else the model's own forward
   over its key/value cache (a quantised base, a GPU, another architecture).
@@ -20,7 +19,7 @@ on this CPU (7.8 ms a token after a 56 s compile: the dynamic cache breaks its g
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -194,7 +193,3 @@ def sample(model: Any, prefill: Callable[[], tuple[torch.Tensor, Any]], attentio
         positions = positions + 1
     return out
 
-
-def decode_rows(tokenizer: Any, rows: Sequence[list[int]]) -> list[str]:
-    """The answers' text as the policy reports them (special tokens, the end token among them, dropped)."""
-    return tokenizer.batch_decode(rows, skip_special_tokens=True)

@@ -38,7 +38,7 @@ from alphagym.artifacts import MANIFEST, verify_manifest, write_manifest
 from alphagym.dsl.parser import Limits
 from alphagym.dsl.prefix import PrefixChecker
 from alphagym.errors import ArtifactError, PolicyError
-from alphagym.policy.decode import decode_rows, sample
+from alphagym.policy.decode import sample
 from alphagym.policy.grammar import GrammarSampler
 
 META = "alphagym_policy.json"
@@ -250,7 +250,7 @@ class Policy:
             if sampler is not None:
                 for k, v in sampler.stats.items():
                     self.decode_stats[k] = self.decode_stats.get(k, 0) + v
-            out += decode_rows(self.tokenizer, rows)
+            out += self.tokenizer.batch_decode(rows, skip_special_tokens=True)
         return [out[k * n:(k + 1) * n] for k in range(len(briefs))]
 
     def _prefill(self, model: Any, chunk: Sequence[str], enc: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:

@@ -105,7 +105,8 @@ def mean_abs_corr(pnls: Sequence[np.ndarray]) -> float:
     """Mean pairwise |corr| of the rows (NaN for fewer than two)."""
     if len(pnls) < 2:
         return float("nan")
-    c = np.abs(_standardised(pnls) @ _standardised(pnls).T)
+    z = _standardised(pnls)
+    c = np.abs(z @ z.T)
     return float(c[np.triu_indices_from(c, k=1)].mean())
 
 
@@ -192,7 +193,7 @@ def holdout_table(answers: pd.DataFrame, books: Mapping[int, np.ndarray], market
     for step, d in answers.groupby("step", sort=True):
         book = books.get(int(step))
         beta = beta_corr(book, market)[0] if book is not None else np.nan
-        both = [i for i in range(len(answers)) if answers["step"].iat[i] == step and i in holdout_pnls]
+        both = [i for i in d.index if i in holdout_pnls]          # row positions: `answers` has a range index
         held = [holdout_pnls[i] for i in both]
         chosen = [both[k] for k in capped_selection(
             [answers["train_cpcv"].iat[i] for i in both], [answers["train_turnover"].iat[i] for i in both],

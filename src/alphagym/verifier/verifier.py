@@ -144,11 +144,6 @@ class Verifier:
         card.channels["cpcv"] = float(self.cfg["cpcv"][score_key])
         return card
 
-    def score_one(self, text: str, answer: bool = False) -> ScoreCard:
-        """All per-answer channels; group-level ones (pbo, novelty_syntax's group term) default to a group
-        of one. Use score_group for groups."""
-        return self._score_one(text, answer)
-
     def _novelty(self, card: ScoreCard) -> None:
         """R8 and R9's per-answer part against the archive as it is now (the motif guard keeps them <= 0)."""
         assert card.pnl is not None and card.canonical is not None
@@ -159,7 +154,9 @@ class Verifier:
         card.channels["novelty_syntax"] = min(syn_value, 0.0) if card.motif else syn_value
         card.metrics["novelty_max_corr"] = card.max_corr
 
-    def _score_one(self, text: str, answer: bool) -> ScoreCard:
+    def score_one(self, text: str, answer: bool = False) -> ScoreCard:
+        """All per-answer channels; group-level ones (pbo, novelty_syntax's group term) default to a group
+        of one. Use score_group for groups."""
         t0 = time.perf_counter()
         self.cache_lookups += bool(self.cache_size)       # every answer: the hit rate is a share of answers
         card = ScoreCard(text, None, None, True, None, None, _zero_channels(), {}, {}, {})
@@ -224,7 +221,7 @@ class Verifier:
             return self._invalid(card, "degenerate_score", f"turnover {mean_turnover:.2%}/day is below "
                                  f"{self.cfg['min_turnover']['invalid_below']:.0%}: a static book", "static_book")
         live = ~book.flat[:-2][rows]
-        names = float(np.median(leg_names(book.weights[:-2][rows][live]))) if live.any() else 0.0
+        names = float(np.median(leg_names(book.weights)[:-2][rows][live])) if live.any() else 0.0
         metrics["leg_names"] = names
         if names < bcfg["min_leg_names"]:
             return self._invalid(card, "degenerate_score", f"its thinner leg holds {names:.1f} effective names "
