@@ -87,7 +87,7 @@ def test_same_book_different_code_gets_no_novelty(sim_panels):
 
 
 def test_slow_price_level_tilt_loses_positive_reward(verifier):
-    c = verifier.score("rank(ts_std(close, 10))")          # tracks the price level, IC ~ 0
+    c = verifier.score("rank(ts_std(close, 5))")           # tracks the price level, IC ~ 0
     assert c.valid and abs(c.metrics["ic"]) < 0.005
     assert c.channels["motif_guard"] == -1.0
     assert max(c.channels.values()) <= 0.0

@@ -7,7 +7,7 @@ import pytest
 
 from alphagym.config import load_params
 from alphagym.data.build_panel import build_panel
-from alphagym.data.simulator import simulate_market
+from alphagym.data.simulator import EFFECTS, simulate_market
 from alphagym.data.sources import load_source, write_raw
 
 
@@ -97,22 +97,22 @@ def _rank_ic(signal, fwd):
     return float(np.mean(ics))
 
 
-@pytest.mark.parametrize("effect", ["reversal", "volume_variability"])
-def test_planted_effects_have_realistic_ic(sim_panels, effect):
+def test_planted_edges_have_realistic_ic(sim_panels, params):
+    """Every planted edge's formula has a daily rank IC of one to a few percent against the book's holding
+    (measured 0.015-0.040 on the default seed): small edges, each a weak bet on its own."""
+    from alphagym.dsl.evaluate import Evaluator
+    from alphagym.dsl.parser import parse
+
     train, _ = sim_panels
-    o, c, v = train["open"], train["close"], train["volume"]
+    o = train["open"]
     fwd = np.full_like(o, np.nan)
     fwd[:-2] = o[2:] / o[1:-1] - 1.0          # the book's holding: open(t+1) -> open(t+2)
-    sig = np.full_like(c, np.nan)
-    if effect == "reversal":
-        sig[5:] = -np.log(c[5:] / c[:-5])
-    else:
-        for t in range(19, len(v)):
-            w = v[t - 19:t + 1]
-            sig[t] = w.std(axis=0) / w.mean(axis=0)
-    ic = _rank_ic(sig, fwd)
-    # strong enough to clear costs (test_simulator_learnable.py), still a daily rank IC of a few percent
-    assert 0.01 < ic < 0.08, ic
+    ev = Evaluator(train)
+    edges = [k for k, e in params["simulator"]["effects"]["planted"].items() if e["kind"] == "edge"]
+    assert len(edges) >= 8
+    for name in edges:
+        ic = _rank_ic(ev.evaluate(parse(EFFECTS[name].formula)), fwd)
+        assert 0.01 < ic < 0.08, (name, ic)
 
 
 def test_price_level_trap_has_no_ic(sim_panels):
@@ -125,7 +125,8 @@ def test_price_level_trap_has_no_ic(sim_panels):
 
 def test_ground_truth_documents_effects(params):
     _, _, truth = load_source(dict(params, data=dict(params["data"], start="2024-01-02")))
-    assert set(truth["effects"]) == {"reversal", "volume_variability", "high_beta_trap", "price_level_trap"}
+    assert set(truth["effects"]) == set(params["simulator"]["effects"]["planted"]) | {"high_beta_trap",
+                                                                                       "price_level_trap"}
     assert len(truth["beta"]) == 46
     betas = np.array(list(truth["beta"].values()))
     vols = np.array(list(truth["ann_vol"].values()))

@@ -56,11 +56,11 @@ def test_ground_truth_lists_every_effect_and_an_unknown_effect_is_refused(root):
     assert pvd["mechanism"] == "price_volume_divergence" and pvd["calm_mult"] == 0.0
     planted = {v["mechanism"] for v in effects.values() if v["kind"] != "trap"}
     assert set(truth["mechanisms_without_effect"]) == set(MECHANISMS) - planted
-    sim["effects"]["planted"]["momentum"] = dict(sim["effects"]["planted"]["reversal"])
+    sim["effects"]["planted"]["momentum"] = dict(sim["effects"]["planted"]["lagged_reversal"])
     with pytest.raises(ValueError, match="momentum"):
         simulate_market(sim, calendar=d["calendar"], start="2019-01-01", end="2019-06-30", seed=3)
     del sim["effects"]["planted"]["momentum"]
-    sim["effects"]["planted"]["lagged_reversal"] = dict(sim["effects"]["planted"]["reversal"])
+    sim["effects"]["planted"]["reversal"] = dict(sim["effects"]["planted"]["lagged_reversal"])
     with pytest.raises(ValueError, match="one mechanism"):
         simulate_market(sim, calendar=d["calendar"], start="2019-01-01", end="2019-06-30", seed=3)
 
