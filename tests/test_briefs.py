@@ -123,21 +123,26 @@ def test_bad_brief_files_name_file_line_and_field(tmp_path, drawn, cat):
         read_briefs(tmp_path / "nope.jsonl")
 
 
-def test_compliance_is_reported_by_the_verifier_and_rewarded_only_when_asked(sim_panels, root):
+def test_compliance_is_the_r14_channel_gated_on_validity(sim_panels, root):
+    """R14 = share of the brief's checks passed - 1; gated (the default), an invalid answer earns -1 even
+    when it passes every check (`* 0` makes a flat book of a compliant formula); ungated it earns its checks.
+    A formula scored without a brief has no compliance metrics and R14 = 0."""
     from alphagym.config import load_params
     from alphagym.verifier.verifier import Verifier
 
     train = sim_panels[0].slice_days(0, 600)
     answers = ["<alpha>sign(ts_corr(close, volume, 21))</alpha>", "<alpha>rank(ts_delta(close, 5))</alpha>",
-               "no tag at all"]
-    for reward in (False, True):
-        p = load_params(root / "params.yaml", [f"verifier.compliance.reward={str(reward).lower()}",
+               "no tag at all", "<alpha>sign(ts_corr(close, volume, 21)) * 0</alpha>"]
+    for gated in (True, False):
+        p = load_params(root / "params.yaml", [f"verifier.compliance.gated={str(gated).lower()}",
                                                "verifier.jepa_stress.enabled=false"])
         cards = Verifier(train, p).score_group(answers, brief=BriefChecker(BRIEF, load_catalogue(), 0.5))
-        assert [c.metrics["compliant"] for c in cards] == [1.0, 0.0, 0.0]
+        assert [c.metrics["compliant"] for c in cards] == [1.0, 0.0, 0.0, 1.0]
+        assert [c.valid for c in cards] == [True, True, False, False]
         assert cards[1].metrics["compliance"] == pytest.approx(1 / 5)     # only the forbidden pattern holds
-        assert ("compliance" in cards[0].channels) == reward
-        if reward:
-            assert cards[0].channels["compliance"] == 0.0 and cards[2].channels["compliance"] == -1.0
+        assert cards[0].channels["compliance"] == 0.0 and cards[2].channels["compliance"] == -1.0
+        assert cards[1].channels["compliance"] == pytest.approx(1 / 5 - 1)
+        assert cards[3].channels["compliance"] == (-1.0 if gated else 0.0)
     plain = Verifier(train, p).score_group(answers[:1])
+    assert plain[0].channels["compliance"] == 0.0
     assert "compliance" not in plain[0].metrics

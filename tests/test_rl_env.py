@@ -125,3 +125,22 @@ def test_the_env_sets_crowding_over_the_whole_step(sim_panels):
     g3 = env.score(ANSWERS[:1], brief)
     env.step_channels([g3])                      # alone in its step: only the committed step counts
     assert g3[0].channels["crowding"] == pytest.approx(-2 / 4)
+
+
+def test_a_rungs_reward_weights_replace_the_verifiers_priorities(sim_panels):
+    """The reward rungs change only `reward_weights`: their env rewards R14 and R13, the others' logs them at
+    priority 0; a weight for a channel the verifier lacks is a config error naming it."""
+    from alphagym.errors import ConfigError
+    from alphagym.params import resolve_rung
+
+    params = load_params(ROOT / "params.yaml")
+    cat = load_catalogue()
+    both = resolve_rung(params, "cispo_repo_both").recipe
+    assert both.reward_weights == {"compliance": 1.0, "crowding": 1.0}
+    assert resolve_rung(params, "cispo_repo").recipe.reward_weights == {}
+    env = VerifierEnv(Verifier(sim_panels[0], params), cat, 0.5, reward_weights=both.reward_weights)
+    plain = VerifierEnv(Verifier(sim_panels[0], params), cat, 0.5)
+    assert plain.priorities["compliance"] == plain.priorities["crowding"] == 0.0
+    assert env.priorities == {**plain.priorities, "compliance": 1.0, "crowding": 1.0}
+    with pytest.raises(ConfigError, match="reward_weights.*complience"):
+        load_params(ROOT / "params.yaml", ["rl.recipe.reward_weights={complience: 1.0}"])

@@ -298,6 +298,7 @@ class Priorities(Section):
     complexity: NonNeg = Field(description="R11 weight")
     format: NonNeg = Field(description="R12 weight")
     crowding: NonNeg = Field(description="R13 weight (0: logged, not rewarded)")
+    compliance: NonNeg = Field(description="R14 weight (0: logged, not rewarded)")
 
 
 class Crowding(Section):
@@ -388,8 +389,8 @@ class Format(Section):
 
 
 class Compliance(Section):
-    reward: bool = Field(description="turn brief compliance into a reward channel (share of checks passed - 1)")
-    priority: NonNeg = Field(description="its priority when rewarded")
+    gated: bool = Field(description="R14 of an invalid answer is -1 (it earns none of the brief's checks); "
+                                    "false: its checks count as for a valid one")
 
 
 class Verifier(Section):
@@ -659,9 +660,15 @@ class RlRecipe(Section):
     numba_threads: Annotated[int, Field(ge=1, le=256)] = Field(description="numba threads (scoring)")
     score_cache: NonNegInt = Field(
         description="answers whose archive-independent score is kept between steps (0: none)")
+    reward_weights: dict[str, NonNeg] = Field(
+        description="channel id -> weight that replaces verifier.priorities' for this recipe (TRL: "
+                    "reward_weights); a ladder rung that changes the rewards sets it")
 
     @model_validator(mode="after")
     def _ranges(self) -> RlRecipe:
+        unknown = sorted(set(self.reward_weights) - set(Priorities.model_fields))
+        if unknown:
+            raise ValueError(f"reward_weights: no channel named {unknown}; channels: {list(Priorities.model_fields)}")
         if self.repo.zeta_floor > self.repo.zeta_max:
             raise ValueError(f"repo.zeta_floor {self.repo.zeta_floor} is above repo.zeta_max {self.repo.zeta_max}")
         if self.adapo.low > self.adapo.high:
@@ -718,11 +725,13 @@ class Rl(Section):
 
     def change_vs_parent(self, rung: str) -> dict[str, tuple[Any, Any]]:
         """Recipe keys whose value differs from the parent rung's (the SFT policy's parent: rl.recipe), as
-        dotted key -> (parent value, this rung's value): what the ladder table calls the rung's change."""
+        dotted key -> (parent value, this rung's value): what the ladder table calls the rung's change. A key
+        of a mapping (`reward_weights.compliance`) that one side lacks is None there."""
         mine = _flat(self.recipe_of(rung).model_dump())
         parent = self.rungs[rung].parent
         theirs = _flat((self.recipe_of(parent) if parent != "sft" else self.recipe).model_dump())
-        return {k: (theirs[k], v) for k, v in mine.items() if theirs[k] != v}
+        keys = list(mine) + [k for k in theirs if k not in mine]
+        return {k: (theirs.get(k), mine.get(k)) for k in keys if theirs.get(k) != mine.get(k)}
 
 
 def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

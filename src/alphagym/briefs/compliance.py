@@ -4,7 +4,7 @@ Five checks, each pass/fail with a reason: the mechanism's signature (operators 
 the horizon (the formula's longest window within a tolerance of the brief's), the input rule, the
 structural hint (required operators or root) and the forbidden pattern. The risk preference is about the
 book, not the formula, and is not checked here. Compliance is the share of checks passed; it is reported
-wherever answers are scored and rewarded only when `verifier.compliance.reward` is on.
+wherever answers are scored, as the R14 `compliance` channel (rewarded when its priority is above 0).
 """
 
 from __future__ import annotations

@@ -54,12 +54,12 @@ class VerifierEnv:
     advantage floor compares against. `commit` adds the valid answers to the novelty archive, after the
     whole step is scored (so every group of a step sees the same archive)."""
 
-    def __init__(self, verifier: Verifier, catalogue: Catalogue, tolerance: float, cache: int = 0) -> None:
+    def __init__(self, verifier: Verifier, catalogue: Catalogue, tolerance: float, cache: int = 0,
+                 reward_weights: Mapping[str, float] | None = None) -> None:
         self.verifier, self.catalogue, self.tolerance = verifier, catalogue, tolerance
         cfg = verifier.cfg
-        self.priorities = dict(cfg["priorities"])
-        if cfg["compliance"]["reward"]:
-            self.priorities["compliance"] = float(cfg["compliance"]["priority"])
+        # the verifier's priorities, with the recipe's reward_weights (a reward rung's change) over them
+        self.priorities = {**dict(cfg["priorities"]), **dict(reward_weights or {})}
         if cache:
             verifier.enable_cache(cache)
         self._counted = (verifier.cache_lookups, verifier.cache_hits)

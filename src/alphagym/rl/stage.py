@@ -56,7 +56,8 @@ def build_trainer(params: Any, deps: dict[str, Path], item: str, work: Path | No
               if params["verifier"]["jepa_stress"]["enabled"] else {})
     verifier = Verifier(Panel.read_parquet(deps["train"]), params, NoveltyArchive.load(deps["archive"]),
                         stress_worlds=worlds)
-    env = VerifierEnv(verifier, cat, float(params["briefs"]["horizon_tolerance"]), cache=int(recipe["score_cache"]))
+    env = VerifierEnv(verifier, cat, float(params["briefs"]["horizon_tolerance"]), cache=int(recipe["score_cache"]),
+                      reward_weights=recipe["reward_weights"])
     briefs = read_briefs(deps["briefs_filtered" if recipe["briefs"] == "filtered" else "briefs_train"], cat)
     return Trainer(policy, env, briefs, recipe, seed, work, log, context=run_context(params, deps))
 

@@ -128,6 +128,13 @@ def crowding(families: Sequence[Sequence[str | None]], recent: Mapping[str, int]
     return out
 
 
+def compliance(share: float, valid: bool, gated: bool) -> float:
+    """R14: share of the brief's checkable parts the answer satisfies (mechanism, horizon, input rule,
+    structure, forbidden pattern; `briefs.compliance`) minus 1: 0 for a compliant answer, -0.4 for one that
+    passes 3 of 5 checks. Gated, an invalid answer earns -1 whatever it would have passed."""
+    return -1.0 if gated and not valid else float(share) - 1.0
+
+
 def cpcv_channel(cpcv: float) -> float:
     """R1: the CPCV of the net P&L itself (`engine.scorer.BookScorer.cpcv_sharpes`: 6 blocks, each of the 15
     pairs a test slice, mean(SR_k) - 0.5 std(SR_k), purged and embargoed); an invalid answer gets the
@@ -181,6 +188,9 @@ REGISTRY: tuple[Channel, ...] = (
     Channel("crowding", "R13", crowding, "crowding", "step",
             "-weight x the share of the answer's family among the other briefs' answers of the step and of "
             "recent steps (set by the RL environment; 0 when a formula is scored alone)"),
+    Channel("compliance", "R14", compliance, "compliance", "group",
+            "share of the brief's checks passed - 1 (3 of 5 pays -0.4); an invalid answer -1 when gated; 0 "
+            "when a formula is scored without a brief"),
 )
 CHANNELS = tuple(c.id for c in REGISTRY)
 BY_ID = {c.id: c for c in REGISTRY}

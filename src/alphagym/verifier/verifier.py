@@ -281,8 +281,7 @@ class Verifier:
                     brief: BriefCheck | None = None) -> list[ScoreCard]:
         """Score a group of answers to one brief. With `brief` (`alphagym.briefs.BriefChecker`), each card also gets the
         brief-compliance metrics (`compliance`: share of checks passed, `compliant`: all passed,
-        `compliance/<check>`); they become the `compliance` channel only when verifier.compliance.reward
-        is on."""
+        `compliance/<check>`) and the R14 `compliance` channel from them."""
         workers = int(self.cfg.get("workers", 1) if workers is None else workers)
         if workers > 1 and len(texts) > 1:
             # spawn, not fork: numba's OpenMP pool does not survive a fork. Each worker builds its own
@@ -300,7 +299,7 @@ class Verifier:
         return cards
 
     def _compliance(self, cards: list[ScoreCard], brief: BriefCheck) -> None:
-        reward = bool(self.cfg["compliance"]["reward"])
+        gated = bool(self.cfg["compliance"]["gated"])
         for c in cards:
             try:
                 comp = brief.check(parse(c.formula, self.limits)) if c.formula else None
@@ -311,8 +310,7 @@ class Verifier:
             c.metrics["compliant"] = float(comp is not None and comp.ok)
             for k in brief.checks:
                 c.metrics[f"compliance/{k}"] = float(comp is not None and comp.checks[k])
-            if reward:
-                c.channels["compliance"] = (share - 1.0) if c.valid else -1.0
+            c.channels["compliance"] = ch.compliance(share, c.valid, gated)
 
     def _group_channels(self, cards: list[ScoreCard]) -> None:
         valid = [c for c in cards if c.valid]
