@@ -47,6 +47,16 @@ def test_selection_takes_the_best_train_cpcv_and_the_earlier_step_on_a_tie():
     assert select_checkpoint(t.iloc[::-1]) == 200
 
 
+def test_the_capped_book_selector_reads_the_capped_books_train_sharpe():
+    """The diversity-valuing selector picks the checkpoint whose capped book does best on train, even where
+    the answers' mean CPCV prefers another; an unknown selector is a config error."""
+    t = pd.DataFrame({"step": [0, 100, 200], "train_cpcv": [0.1, 0.9, 0.5],
+                      "train_capped_sharpe": [0.2, 1.0, 2.5]})
+    assert select_checkpoint(t) == 100 and select_checkpoint(t, "capped_book") == 200
+    with pytest.raises(ConfigError, match="no selector 'best'"):
+        select_checkpoint(t, "best")
+
+
 def test_selection_refuses_holdout_columns():
     t = pd.DataFrame({"step": [0, 100], "train_cpcv": [0.1, 0.2], "holdout_score": [5.0, -5.0]})
     with pytest.raises(ConfigError, match="holdout"):
@@ -103,10 +113,10 @@ def test_probe_selects_on_train_numbers_before_scoring_the_holdout(ladder, monke
     real_select, real_holdout, real_verifier = (probe_stage.select_checkpoint, probe_stage.holdout_phase,
                                                  probe_stage.Verifier)
 
-    def spy_select(t):
-        events.append("select")
+    def spy_select(t, selector):
+        events.append(f"select:{selector}")
         assert not [c for c in t.columns if "holdout" in c], list(t.columns)
-        return real_select(t)
+        return real_select(t, selector)
 
     def spy_verifier(panel, p, *a, window="train", **k):
         events.append(f"verifier:{window}")
@@ -120,7 +130,7 @@ def test_probe_selects_on_train_numbers_before_scoring_the_holdout(ladder, monke
     monkeypatch.setattr(probe_stage, "Verifier", spy_verifier)
     monkeypatch.setattr(probe_stage, "holdout_phase", spy_holdout)
     out = run_stage(params, "probe@cispo_repo")
-    assert events == ["verifier:train", "select", "verifier:holdout", "holdout"]
+    assert events == ["verifier:train", "select:train_cpcv", "select:capped_book", "verifier:holdout", "holdout"]
     outs = table["probe@cispo_repo"].outs
     t = pd.read_parquet(outs["table"])
     assert list(t["step"]) == [0, 2, 4]
@@ -128,6 +138,11 @@ def test_probe_selects_on_train_numbers_before_scoring_the_holdout(ladder, monke
     best = t.sort_values(["train_cpcv", "step"], ascending=[False, True]).iloc[0]
     assert int(best["step"]) == out["shipped_step"]
     assert t["pass_at_k"].between(0, 1).all() and {"families", "holdout_effective_bets", "capped_answers"} <= set(t)
+    assert (t["families_positive"] <= t["families"]).all() and (t["train_capped_sharpe"].notna()).all()
+    summary = json.loads(Path(outs["summary"]).read_text())
+    capped_pick = int(t.sort_values(["train_capped_sharpe", "step"], ascending=[False, True]).iloc[0]["step"])
+    assert summary["picks"]["capped_book"]["step"] == capped_pick and summary["selector"] == "train_cpcv"
+    assert summary["picks"]["train_cpcv"]["step"] == out["shipped_step"]
     edges = sum(e.kind == "edge" for e in params.simulator.effects.planted.values())
     assert edges >= 8 and (t["planted_edges"] == edges).all() and t["planted_edges_expressed"].between(0, edges).all()
     a = pd.read_parquet(outs["answers"])

@@ -99,3 +99,21 @@ def test_coverage_counts_edges_expressed_and_answers_on_decoys():
     assert coverage([], effects)["planted_edges_expressed"] == 0
     assert coverage([other], {"a": ("edge", a)}) == {"planted_edges": 1, "planted_edges_expressed": 0,
                                                      "decoy_trap_answers": 0}
+
+
+def test_the_train_book_table_counts_train_bets_and_caps_the_book():
+    """Per checkpoint on train P&L only: two copies of one answer and an independent one make 1.8 effective
+    bets (the participation ratio), the capped book drops the copy (and the invalid answer), and its train Sharpe is the
+    Sharpe of the kept answers' mean P&L."""
+    from alphagym.books.metrics import sharpe
+    from alphagym.probe.probe import train_book_table
+
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(0.05, 1, size=400), rng.normal(0.05, 1, size=400)
+    answers = pd.DataFrame({"step": [1, 1, 1, 1], "valid": [True, True, True, False],
+                            "train_cpcv": [1.0, 0.9, 0.5, -0.8], "train_turnover": [0.2, 0.2, 0.2, 0.0]})
+    t = train_book_table(answers, [a, a, b, None], min_turnover=0.02, max_corr=0.5)
+    (row,) = t.to_dict("records")
+    # correlation eigenvalues 2, 1, 0: participation ratio (2 + 1) ** 2 / (4 + 1) = 1.8
+    assert row["train_effective_bets"] == pytest.approx(1.8, abs=0.05)
+    assert row["train_capped_sharpe"] == pytest.approx(sharpe((a + b) / 2))

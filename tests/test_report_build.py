@@ -46,6 +46,18 @@ def test_seed_spread_and_noise_floor():
     assert mark_noise([{"rung": "x", "status": "ok", "holdout_score": 1.0}], []) is None
 
 
+def test_seed_spread_carries_the_bet_columns():
+    """Families, effective bets, coverage and compliance get a mean and sd over the seeds; a column a replica
+    lacks (coverage on real data) is left out, not counted as zero."""
+    rows = [{"rung": "a", "status": "ok", "holdout_score": 1.0, "families": 4.0, "compliance": 0.5,
+             "planted_edges_expressed": 2.0},
+            {"rung": "a-s1", "status": "ok", "holdout_score": 2.0, "families": 8.0, "compliance": 0.7}]
+    (s,) = seed_spread(rows)
+    assert s["families_mean"] == 6.0 and s["families_sd"] == pytest.approx(2 ** 0.5 * 2)
+    assert s["compliance_mean"] == pytest.approx(0.6)
+    assert "planted_edges_expressed_mean" not in s and "holdout_effective_bets_mean" not in s
+
+
 def test_the_ladder_ships_on_train_cpcv_not_holdout():
     good_on_holdout = _rung("a", "sft", train=0.5, hold=3.0)
     good_on_train = _rung("b", "a", train=1.5, hold=-1.0)

@@ -822,6 +822,9 @@ class Probe(Section):
     pass_k: Annotated[int, Field(ge=0, le=64)] = Field(
         description="sampled answers per holdout brief for pass@k (0: none)")
     temperature: Annotated[float, Field(gt=0, le=5)] = Field(description="their sampling temperature")
+    selector: Literal["train_cpcv", "capped_book"] = Field(
+        description="the checkpoint that ships: highest mean train CPCV of the answers, or highest train Sharpe "
+                    "of their correlation-capped book (both train-window only; the probe reports both picks)")
 
 
 class Params(Section):

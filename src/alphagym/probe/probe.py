@@ -132,11 +132,14 @@ def coverage(answer_pnls: Sequence[np.ndarray], effects: Mapping[str, tuple[str,
 
 def train_table(answers: pd.DataFrame, pnls: Sequence[np.ndarray | None]) -> pd.DataFrame:
     """Per checkpoint: the selector (mean train CPCV over all answers), valid count, formula families among
-    the valid answers (`families`), brief compliance. `pnls`: each answer's train P&L, in the rows' order."""
+    the valid answers (`families`) and among those with positive train CPCV (`families_positive`: diversity
+    bought by losing answers does not count), brief compliance. `pnls`: each answer's train P&L, in the rows'
+    order."""
     g = answers.groupby("step", sort=True)
 
-    def fams(d: pd.DataFrame) -> int:
-        ok = d.index[d["valid"].to_numpy(bool)]
+    def fams(d: pd.DataFrame, positive: bool = False) -> int:
+        keep = d["valid"].to_numpy(bool) & ((d["train_cpcv"].to_numpy(float) > 0) if positive else True)
+        ok = d.index[keep]
         return families(list(d.loc[ok, "canonical"]), [pnls[i] for i in ok])
 
     return pd.DataFrame({
@@ -144,9 +147,29 @@ def train_table(answers: pd.DataFrame, pnls: Sequence[np.ndarray | None]) -> pd.
         "valid": g["valid"].sum().astype(int),
         "answers": g.size(),
         "families": g.apply(fams, include_groups=False).astype(int),
+        "families_positive": g.apply(fams, True, include_groups=False).astype(int),
         "compliance": g["compliance"].mean(),
         "compliant_share": g["compliant"].mean(),
     }).reset_index()
+
+
+def train_book_table(answers: pd.DataFrame, pnls: Sequence[np.ndarray | None], min_turnover: float,
+                     max_corr: float) -> pd.DataFrame:
+    """Per checkpoint, on the train window only: the correlation-capped book of its valid answers (the books
+    stage's rule: train CPCV order, turnover floor, |corr| cap on train P&L) and that book's train Sharpe
+    (`train_capped_sharpe`; 0 for an empty book), and the effective bets of the equal-weight train book of
+    its valid answers (`train_effective_bets`). What a selector that values diversity may read."""
+    rows = []
+    for step, d in answers.groupby("step", sort=True):
+        ok = [i for i in d.index if bool(answers["valid"].iat[i]) and pnls[i] is not None]
+        train = np.asarray([pnls[i] for i in ok]) if ok else np.zeros((0, 0))
+        chosen = capped_selection([answers["train_cpcv"].iat[i] for i in ok],
+                                  [answers["train_turnover"].iat[i] for i in ok], train, min_turnover,
+                                  max_corr) if ok else []
+        rows.append({"step": int(step),
+                     "train_capped_sharpe": sharpe(train[chosen].mean(axis=0)) if len(chosen) else 0.0,
+                     "train_effective_bets": effective_bets(train) if ok else 0.0})
+    return pd.DataFrame(rows)
 
 
 def holdout_phase(answers: pd.DataFrame, holdout: Verifier, progress: Callable[[Any], Any] = lambda it: it

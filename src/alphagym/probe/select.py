@@ -11,13 +11,24 @@ import pandas as pd
 
 from alphagym.errors import ConfigError
 
-SELECTOR = "train_cpcv"          # mean train-window CPCV of a checkpoint's greedy answers (invalid ones count
-                                 # at the verifier's invalid score, so a checkpoint cannot win by abstaining)
+# the train-window column each selector maximises (probe.selector names the one that ships; the probe
+# reports every selector's pick):
+SELECTORS = {
+    # mean train-window CPCV of a checkpoint's greedy answers (invalid ones count at the verifier's invalid
+    # score, so a checkpoint cannot win by abstaining)
+    "train_cpcv": "train_cpcv",
+    # train Sharpe of the correlation-capped book of its valid answers: values answers that are good
+    # together, not only good one by one (`probe.train_book_table`)
+    "capped_book": "train_capped_sharpe",
+}
+SELECTOR = "train_cpcv"
 
 
-def select_checkpoint(train_table: pd.DataFrame) -> int:
-    """The step with the highest mean train CPCV; a tie goes to the earlier step (less training, same
-    evidence)."""
+def select_checkpoint(train_table: pd.DataFrame, selector: str = SELECTOR) -> int:
+    """The step with the highest value of the selector's train column; a tie goes to the earlier step (less
+    training, same evidence)."""
+    if selector not in SELECTORS:
+        raise ConfigError(f"probe.selector: no selector {selector!r}; selectors: {sorted(SELECTORS)}")
     leaked = [c for c in train_table.columns if "holdout" in str(c).lower()]
     if leaked:
         raise ConfigError(f"checkpoint selection received holdout columns {leaked}: it must see train-window "
@@ -25,5 +36,5 @@ def select_checkpoint(train_table: pd.DataFrame) -> int:
     if train_table.empty:
         raise ConfigError("checkpoint selection received no checkpoints")
     ordered = train_table.sort_values(["step"])
-    best = ordered[SELECTOR].to_numpy().argmax()
+    best = ordered[SELECTORS[selector]].to_numpy().argmax()
     return int(ordered["step"].iloc[int(best)])

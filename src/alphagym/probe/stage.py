@@ -19,8 +19,8 @@ from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.generate import read_briefs
 from alphagym.panel import Panel
 from alphagym.params import resolve_rung
-from alphagym.probe.probe import answer_rows, holdout_phase, holdout_table, pass_at_k, train_table
-from alphagym.probe.select import select_checkpoint
+from alphagym.probe.probe import answer_rows, holdout_phase, holdout_table, pass_at_k, train_book_table, train_table
+from alphagym.probe.select import SELECTORS, select_checkpoint
 from alphagym.rl.checkpoints import at_checkpoint, list_checkpoints, set_threads, sft_base
 from alphagym.tracking import StageRun
 from alphagym.verifier.verifier import Verifier
@@ -59,13 +59,17 @@ def probe(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageR
     train = train_table(answers, train_pnls)
     if k:
         train["pass_at_k"] = train["step"].map(passes)
-    shipped = select_checkpoint(train)
+    caps = params["books"]
+    train = train.merge(train_book_table(answers, train_pnls, float(caps["min_turnover"]), float(caps["max_corr"])),
+                        on="step")
+    selector = str(params["probe"]["selector"])
+    picks = {name: select_checkpoint(train, name) for name in SELECTORS}
+    shipped = picks[selector]
 
     # phase 2: the holdout year, once, after the selection
     holdout_v = Verifier(Panel.read_parquet(deps["holdout"]), params, window="holdout")
     answers, books, holdout_pnls = holdout_phase(answers, holdout_v)
     market = holdout_v.market[holdout_v.rows]
-    caps = params["books"]
     table = train.merge(holdout_table(answers, books, market, holdout_pnls, train_pnls,
                                       float(caps["min_turnover"]), float(caps["max_corr"]),
                                       _planted(deps["truth"], holdout_v)), on="step")
@@ -80,7 +84,8 @@ def probe(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageR
     step0 = table.loc[table["step"] == 0].iloc[0]
     summary = {"rung": rung_name, "item": item, "parent": rung["parent"], "change": rung["change"],
                "checkpoints": [int(s) for s in table["step"]], "shipped_step": shipped,
-               "selector": "train_cpcv", "shipped": _plain(ship), "step0": _plain(step0),
+               "selector": selector, "shipped": _plain(ship), "step0": _plain(step0),
+               "picks": {name: _plain(table.loc[table["step"] == step].iloc[0]) for name, step in picks.items()},
                "holdout_briefs": len(briefs)}
     outs["summary"].write_text(json.dumps(summary, indent=1))
     run.log_artifact(outs["summary"])

@@ -76,6 +76,12 @@ def read_training_log(path: str | Path, steps: int) -> list[dict[str, Any]]:
     return log
 
 
+# the shipped checkpoint's bet columns (probe table) that the ladder rows and the seed spread carry;
+# planted-edge coverage exists on the simulator only
+BET_COLUMNS = ("families", "families_positive", "holdout_effective_bets", "capped_effective_bets",
+               "compliance", "compliant_share", "planted_edges_expressed", "decoy_trap_answers")
+
+
 def _num(v: Any) -> float:
     return float("nan") if v is None else float(v)
 
@@ -101,7 +107,8 @@ def ladder_rows(results: Sequence[RungResult], diffs: Mapping[str, Mapping[str, 
                    train_cpcv=_num(ship["train_cpcv"]), holdout_score=_num(ship["holdout_score"]),
                    step0_holdout=_num(step0["holdout_score"]), valid=ship["valid"],
                    book_return=_num(ew.get("return")), book_sharpe=_num(ew.get("sharpe")),
-                   book_beta=_num(ew.get("beta")))
+                   book_beta=_num(ew.get("beta")),
+                   **{k: _num(ship.get(k)) for k in BET_COLUMNS if k in ship})
         if r.parent == "sft":
             ref = row["step0_holdout"]
         else:
@@ -112,18 +119,43 @@ def ladder_rows(results: Sequence[RungResult], diffs: Mapping[str, Mapping[str, 
     return rows
 
 
+def selector_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
+    """Per rung and checkpoint selector (`probe.select.SELECTORS`): the step it picks on train numbers and
+    that checkpoint's holdout score, equal-weight book, families and effective bets, read after the fact to
+    compare the selectors; `ships` marks the one `probe.selector` names."""
+    rows = []
+    for r in results:
+        if not r.ok:
+            continue
+        for name, pick in (r.probe.get("picks") or {}).items():
+            rows.append({"rung": r.item, "selector": name, "ships": name == r.probe.get("selector"),
+                         "step": pick.get("step"), "train_cpcv": _num(pick.get("train_cpcv")),
+                         "train_capped_sharpe": _num(pick.get("train_capped_sharpe")),
+                         "holdout_score": _num(pick.get("holdout_score")),
+                         "holdout_book_sharpe": _num(pick.get("holdout_book_sharpe")),
+                         "families": _num(pick.get("families")),
+                         "holdout_effective_bets": _num(pick.get("holdout_effective_bets"))})
+    return rows
+
+
 def seed_spread(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Per rung with more than one replica: mean, sample sd, min and max of the shipped holdout score."""
-    groups: dict[str, list[float]] = {}
+    """Per rung with more than one replica: mean, sample sd, min and max of the shipped holdout score, and
+    mean and sd of each bet column the rows carry (`<column>_mean`, `<column>_sd`)."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
     for r in rows:
         if r.get("status") == "ok" and not math.isnan(r["holdout_score"]):
-            groups.setdefault(split_replica(r["rung"])[0], []).append(r["holdout_score"])
+            groups.setdefault(split_replica(r["rung"])[0], []).append(r)
     out = []
-    for rung, xs in groups.items():
-        if len(xs) > 1:
-            s = pd.Series(xs)
-            out.append({"rung": rung, "seeds": len(xs), "mean": float(s.mean()), "sd": float(s.std(ddof=1)),
-                        "min": float(s.min()), "max": float(s.max())})
+    for rung, rs in groups.items():
+        if len(rs) > 1:
+            s = pd.Series([r["holdout_score"] for r in rs])
+            row = {"rung": rung, "seeds": len(rs), "mean": float(s.mean()), "sd": float(s.std(ddof=1)),
+                   "min": float(s.min()), "max": float(s.max())}
+            for k in BET_COLUMNS:
+                xs = pd.Series([_num(r.get(k)) for r in rs]).dropna()
+                if len(xs) > 1:
+                    row[f"{k}_mean"], row[f"{k}_sd"] = float(xs.mean()), float(xs.std(ddof=1))
+            out.append(row)
     return out
 
 

@@ -27,14 +27,21 @@ from alphagym.report.build import (
     mark_noise,
     pairs,
     seed_spread,
+    selector_rows,
     shipped_rung,
 )
 from alphagym.tracking import StageRun
 from alphagym.verifier import channels as ch
 
 LADDER_COLS = ("rung", "parent", "change", "status", "steps", "shipped_step", "train_cpcv", "holdout_score",
-               "step0_holdout", "vs_parent", "beyond_noise", "valid", "book_return", "book_sharpe", "book_beta")
-CKPT_COLS = ("step", "shipped", "train_cpcv", "valid", "families", "compliance", "compliant_share", "pass_at_k",
+               "step0_holdout", "vs_parent", "beyond_noise", "valid", "book_return", "book_sharpe", "book_beta",
+               "families", "families_positive", "holdout_effective_bets", "compliance", "planted_edges_expressed",
+               "decoy_trap_answers")
+SEED_COLS = ("rung", "seeds", "mean", "sd", "min", "max", "families_mean", "families_sd",
+             "holdout_effective_bets_mean", "holdout_effective_bets_sd", "planted_edges_expressed_mean",
+             "planted_edges_expressed_sd", "compliance_mean", "compliance_sd")
+CKPT_COLS = ("step", "shipped", "train_cpcv", "valid", "families", "families_positive", "compliance",
+             "compliant_share", "pass_at_k",
              "holdout_score", "holdout_valid", "holdout_book_return", "holdout_book_sharpe", "holdout_book_beta",
              "holdout_mean_abs_corr", "holdout_effective_bets", "capped_answers", "capped_holdout_sharpe",
              "capped_effective_bets", "planted_edges_expressed", "planted_edges", "decoy_trap_answers")
@@ -166,12 +173,22 @@ def _markdown(params: Any, results: list[RungResult], rows: list[dict[str, Any]]
     md += ["Recipe keys each rung changes against its parent:", "",
            plots.table_md(diff_rows, ("rung", "recipe_diff")), ""]
     if spread:
-        md += ["## Seeds", "", f"Noise floor: the largest seed sd, {floor:.3f}; a change vs parent beyond twice "
-               "it is marked `beyond_noise`.", "",
-               plots.table_md(spread, ("rung", "seeds", "mean", "sd", "min", "max")), ""]
+        md += ["## Seeds", "", f"Shipped holdout score (mean, sd, min, max over the seeds) and the shipped "
+               f"checkpoint's families, effective bets, planted edges expressed and compliance (mean and sd). "
+               f"Noise floor: the largest seed sd of the holdout score, {floor:.3f}; a change vs parent beyond "
+               "twice it is marked `beyond_noise`.", "",
+               plots.table_md(spread, SEED_COLS), ""]
     else:
         md += ["## Seeds", "", "Every rung ran one seed (`rl.seeds: 1`): rung differences cannot be told from "
                "noise. Run replicas with `--set rl.seeds=3` (or a rung's `seeds`).", ""]
+    picks = selector_rows(results)
+    if picks:
+        md += ["## Checkpoint selectors", "", "Each selector picks a rung's checkpoint on train-window numbers "
+               "(`probe.selector` names the one that ships, `ships`); the holdout columns are read afterwards, "
+               "to compare them.", "",
+               plots.table_md(picks, ("rung", "selector", "ships", "step", "train_cpcv", "train_capped_sharpe",
+                                      "holdout_score", "holdout_book_sharpe", "families",
+                                      "holdout_effective_bets")), ""]
     md += ["## Shipped", "", f"The ladder ships rung `{ship.item}` at step {ship.probe['shipped_step']}: the highest "
            "train CPCV of any rung's shipped checkpoint (no holdout number takes part).", "",
            f"Targets (on the rung with the best holdout score, `{best.item}`, read after the fact): holdout score "
