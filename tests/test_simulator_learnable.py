@@ -49,30 +49,29 @@ def test_at_least_eight_edges_on_eight_mechanisms_and_two_decoys(markets):
 
 
 def test_each_edge_is_a_small_bet_on_train(markets):
-    """Every edge is valid on every seed; its train CPCV averaged over the seeds lies in (0.2, 1.6) and the
-    edges' pooled mean in [0.4, 1.5] (measured: per edge 0.34-1.33, pooled 0.81)."""
+    """Every edge is valid on every seed, and its train CPCV averaged over the seeds lies in [0.4, 1.5]
+    (measured: 0.44-1.28, pooled 0.90; one edge on one seed ranges from -0.07 to 2.27)."""
     cpcv = {k: [] for k in markets[7]["cards"]}
     for m in markets.values():
         for k, (train, holdout) in m["cards"].items():
             assert train.valid and holdout.valid, (k, train.reason, holdout.reason)
             cpcv[k].append(train.channels["cpcv"])
     means = {k: float(np.mean(v)) for k, v in cpcv.items()}
-    assert all(0.2 < v < 1.6 for v in means.values()), means
-    assert 0.4 <= np.mean(list(means.values())) <= 1.5, means
+    assert all(0.4 <= v <= 1.5 for v in means.values()), means
 
 
 def test_edges_pay_after_holdout_costs(markets):
     """Over the 24 (edge, seed) pairs, the holdout net Sharpe after the harsher holdout costs averages at
-    least 0.5 and reaches 0.5 in at least two thirds of them (measured: mean 1.54, 18 of 24)."""
+    least 0.5 and reaches 0.5 in at least two thirds of them (measured: mean 1.12, 19 of 24)."""
     sharpes = [h.metrics["sharpe_net"] for m in markets.values() for _, h in m["cards"].values()]
     assert np.mean(sharpes) >= 0.5, sharpes
     assert np.mean(np.array(sharpes) >= 0.5) >= 2 / 3, sharpes
 
 
 def test_edges_are_independent_bets_and_their_book_beats_them(markets):
-    """On every seed the edges' daily train P&L has pairwise |corr| < 0.3 (measured at most 0.27), and the
+    """On every seed the edges' daily train P&L has pairwise |corr| < 0.3 (measured at most 0.24), and the
     equal-weight book of the edges has a holdout Sharpe at least 1.5x the mean single edge's (measured
-    2.7-3.0x). Against the best single edge of a seed the ratio is 1.54, 0.88 and 1.41: the best of eight
+    2.8-3.1x). Against the best single edge of a seed the ratio is 1.07, 1.58 and 1.40: the best of eight
     one-year Sharpes is inflated by the noise of the year, so that claim is made on average, >= 1.0."""
     to_best = []
     for seed, m in markets.items():

