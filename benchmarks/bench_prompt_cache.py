@@ -39,7 +39,7 @@ def main() -> int:
     args = ap.parse_args()
     params = load_params(ROOT / "params.yaml", args.set)
     trainer = build_trainer(params, stage_table(params)[f"train@{args.rung}"].paths("deps"), args.rung, None)
-    pol, k = trainer.policy, int(trainer.cfg["answers_per_brief"])
+    pol, k = trainer.policy, trainer.cfg.answers_per_brief
     # one grammar checker per condition, warmed by that condition's own rounds as a rung's is by its steps:
     # with one shared checker the second condition of a round would find the first's answers all cached
     checkers = {share: PrefixChecker(pol.grammar.limits) for share in (True, False)}
@@ -47,7 +47,7 @@ def main() -> int:
     drawn: dict[bool, list[list[str]]] = {}
     same = 0                        # rounds whose two conditions drew the same answers (float rounding aside)
     for r in range(args.rounds + 1):
-        briefs = [b["text"] for b in trainer._draw(r, int(trainer.cfg["briefs_per_step"]), 0)]
+        briefs = [b["text"] for b in trainer._draw(r, trainer.cfg.briefs_per_step, 0)]
         for share in ((True, False) if r % 2 else (False, True)):
             Policy.share_prompts = share
             pol.grammar = checkers[share]

@@ -53,6 +53,7 @@ def main() -> int:
     from alphagym.config import load_params
     from alphagym.data.build_panel import build_panel
     from alphagym.data.sources import load_source
+    from alphagym.params import RlRecipe
     from alphagym.policy.model import Policy, load_hf, load_smollm2, wrap_adapter
     from alphagym.policy.sft import train_sft
     from alphagym.rl.env import VerifierEnv
@@ -60,12 +61,11 @@ def main() -> int:
     from alphagym.verifier.verifier import Verifier
 
     params = load_params(ROOT / "params.yaml", profile="gpu")
-    recipe = params.rl.recipe.model_dump()
     rl_steps = args.rl_steps or (2 if smoke else 10)
     sft_steps = args.sft_steps or (2 if smoke else 20)
-    if smoke:
-        recipe.update(briefs_per_step=2, answers_per_brief=2, max_new_tokens=12, micro_batch=4)
-    recipe.update(steps=rl_steps, checkpoint_every=0, score_cache=0)
+    small = {"briefs_per_step": 2, "answers_per_brief": 2, "max_new_tokens": 12, "micro_batch": 4} if smoke else {}
+    recipe = RlRecipe.model_validate({**params.rl.recipe.model_dump(), **small, "steps": rl_steps,
+                                      "checkpoint_every": rl_steps, "score_cache": 0})
     t0 = time.perf_counter()
     prices, sectors, _ = load_source(params)
     train, _, _ = build_panel(prices, sectors, params)
@@ -83,8 +83,7 @@ def main() -> int:
         model, tok = load_hf(tmp, {"nf4": True})
     hf = params["policy"]
     adapter = {**dict(hf["adapter"]), "kind": "lora"}
-    policy = Policy(wrap_adapter(model, adapter), tok, "hf", int(recipe["max_new_tokens"]),
-                    micro_batch=int(recipe["micro_batch"]))
+    policy = Policy(wrap_adapter(model, adapter), tok, "hf", recipe.max_new_tokens, micro_batch=recipe.micro_batch)
     load_s = time.perf_counter() - t0
     print(f"device {policy.device}; data {setup_data:.1f} s, model load (NF4 + LoRA) {load_s:.1f} s", flush=True)
 
@@ -105,8 +104,7 @@ def main() -> int:
     for s in range(rl_steps):
         m = trainer.train_step(s)
         rows.append(m)
-        tokens.append(m.get("completions/mean_length", 0.0) * int(recipe["briefs_per_step"])
-                      * int(recipe["answers_per_brief"]))
+        tokens.append(m.get("completions/mean_length", 0.0) * recipe.briefs_per_step * recipe.answers_per_brief)
         print(f"  rl step {s}: {m['step_time']:.2f} s (generation {m['time/generation']:.2f})", flush=True)
     out = {"step_s": [r["step_time"] for r in rows], "generation_s": [r["time/generation"] for r in rows],
            "update_s": [r["time/update"] for r in rows]}

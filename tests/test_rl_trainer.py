@@ -16,6 +16,7 @@ import torch
 from alphagym.artifacts import write_manifest
 from alphagym.config import load_params
 from alphagym.errors import ArtifactError, ConfigError, PolicyError, ResumeError
+from alphagym.params import RlRecipe
 from alphagym.policy.model import Policy, build_policy, wrap_adapter
 from alphagym.policy.sft import train_sft
 from alphagym.rl.env import Scored
@@ -80,12 +81,13 @@ def _fresh(pol: Policy) -> Policy:
     return copy.deepcopy(pol)
 
 
-def _recipe(**over: Any) -> dict:
+def _recipe(**over: Any) -> RlRecipe:
+    """The default recipe, small, with `over` on top: the trainer's typed config, as a rung resolves it."""
     r = load_params(ROOT / "params.yaml").rl.recipe.model_dump()
     r.update({"briefs_per_step": 4, "answers_per_brief": 8, "max_new_tokens": 24, "micro_batch": 32, "lr": 3e-3,
               "steps": 30, "checkpoint_every": 10, "advantage_floor": "off", "score_cache": 0})
     r.update(over)
-    return r
+    return RlRecipe.model_validate(r)
 
 
 def test_learns_a_planted_reward(sft_state):
@@ -120,7 +122,8 @@ def test_killed_run_resumes_with_the_same_continuation(sft_state, tmp_path):
     full = straight.train()
     weights = {k: v.clone() for k, v in straight.policy.model.state_dict().items() if "lora_" in k}
 
-    first = Trainer(_fresh(sft_state), VolumeEnv(), BRIEFS, {**rec, "steps": 3}, seed=4, work=tmp_path / "b")
+    first = Trainer(_fresh(sft_state), VolumeEnv(), BRIEFS, rec.model_copy(update={"steps": 3}), seed=4,
+                    work=tmp_path / "b")
     first.train()                                      # "killed" after its step-3 checkpoint
     ckpt = latest_checkpoint(tmp_path / "b")
     assert ckpt is not None and ckpt.name == "checkpoint-000003"

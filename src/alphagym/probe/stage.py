@@ -28,7 +28,7 @@ from alphagym.verifier.verifier import Verifier
 
 def probe(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun, item: str) -> dict[str, Any]:
     resolved = resolve_rung(params, item)
-    rung_name, recipe = resolved.name, resolved.recipe.model_dump()
+    rung_name, recipe = resolved.name, resolved.recipe
     rung = params["rl"]["rungs"][rung_name]
     set_threads(recipe)
     for k, v in (("rung", rung_name), ("parent", rung["parent"]), ("change", rung["change"]), ("item", item)):
@@ -38,7 +38,7 @@ def probe(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageR
     briefs = read_briefs(deps["briefs_holdout"], cat)
     checkpoints = [(0, None), *list_checkpoints(deps["checkpoints"])]
     base = sft_base(deps["policy"], params)
-    base.max_new_tokens, base.micro_batch = int(recipe["max_new_tokens"]), int(recipe["micro_batch"])
+    base.max_new_tokens, base.micro_batch = recipe.max_new_tokens, recipe.micro_batch
 
     # phase 1: greedy answers, scored on the train window only
     train_v = Verifier(Panel.read_parquet(deps["train"]), params)

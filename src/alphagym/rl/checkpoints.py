@@ -20,6 +20,7 @@ from safetensors import SafetensorError
 
 from alphagym.artifacts import MANIFEST, read_json, verify_manifest
 from alphagym.errors import ArtifactError, PolicyError
+from alphagym.params import RlRecipe
 from alphagym.policy.model import META, Policy, base_fingerprint, load_policy, set_decoding
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d{6})$")
@@ -28,10 +29,10 @@ CHECKPOINT = re.compile(r"^checkpoint-(\d{6})$")
 REQUIRED = ("adapter_config.json", "adapter_model.safetensors", META, MANIFEST)
 
 
-def set_threads(recipe: Mapping[str, Any]) -> None:
+def set_threads(recipe: RlRecipe) -> None:
     """The recipe's thread budget: torch for sampling and updates, numba for scoring."""
-    torch.set_num_threads(int(recipe["torch_threads"]))
-    numba.set_num_threads(min(int(recipe["numba_threads"]), numba.config.NUMBA_NUM_THREADS))
+    torch.set_num_threads(recipe.torch_threads)
+    numba.set_num_threads(min(recipe.numba_threads, numba.config.NUMBA_NUM_THREADS))
 
 
 def sft_base(sft_policy: Path, params: Mapping[str, Any]) -> Policy:

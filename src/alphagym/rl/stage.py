@@ -41,24 +41,24 @@ def build_trainer(params: Any, deps: dict[str, Path], item: str, work: Path | No
                   log: Any = lambda m, s: None) -> Trainer:
     """The trainer of one rung, or of a seed replica `RUNG-sK` (the same rung with seed + K)."""
     rung = resolve_rung(params, item)
-    recipe = rung.recipe.model_dump()
+    recipe = rung.recipe
     set_threads(recipe)
     seed, cat = rung.seed, load_catalogue()
     policy = sft_base(deps["policy"], params)
     torch.manual_seed(seed)
-    adapter = {**dict(params["policy"]["adapter"]), "kind": recipe["adapter"]}
-    if recipe["disable_dropout"]:        # dropout 0 at build time: peft's identity path, no masks drawn
+    adapter = {**dict(params["policy"]["adapter"]), "kind": recipe.adapter}
+    if recipe.disable_dropout:        # dropout 0 at build time: peft's identity path, no masks drawn
         adapter["dropout"] = 0.0
         disable_dropout(policy.model)     # and whatever dropout the base model has
     policy.model = wrap_adapter(policy.model, adapter)
-    policy.max_new_tokens, policy.micro_batch = int(recipe["max_new_tokens"]), int(recipe["micro_batch"])
+    policy.max_new_tokens, policy.micro_batch = recipe.max_new_tokens, recipe.micro_batch
     worlds = (load_kept_worlds(deps["gates"], deps["worlds"])
               if params["verifier"]["jepa_stress"]["enabled"] else {})
     verifier = Verifier(Panel.read_parquet(deps["train"]), params, NoveltyArchive.load(deps["archive"]),
                         stress_worlds=worlds)
-    env = VerifierEnv(verifier, cat, float(params["briefs"]["horizon_tolerance"]), cache=int(recipe["score_cache"]),
-                      reward_weights=recipe["reward_weights"])
-    briefs = read_briefs(deps["briefs_filtered" if recipe["briefs"] == "filtered" else "briefs_train"], cat)
+    env = VerifierEnv(verifier, cat, float(params["briefs"]["horizon_tolerance"]), cache=recipe.score_cache,
+                      reward_weights=recipe.reward_weights)
+    briefs = read_briefs(deps["briefs_filtered" if recipe.briefs == "filtered" else "briefs_train"], cat)
     return Trainer(policy, env, briefs, recipe, seed, work, log, context=run_context(params, deps))
 
 

@@ -37,6 +37,7 @@ import torch
 from alphagym.artifacts import MANIFEST, read_json, read_safetensors, read_torch, verify_manifest, write_manifest
 from alphagym.config import to_builtin
 from alphagym.errors import ArtifactError, PolicyError, ResumeError
+from alphagym.params import RlRecipe
 from alphagym.policy.grammar import rejected_share, steered_share
 from alphagym.policy.model import META, Policy, base_fingerprint
 from alphagym.rl.advantages import group_advantages
@@ -71,7 +72,7 @@ def config_hash(recipe: Mapping[str, Any], seed: int, base: str, context: Mappin
 
 class Trainer:
     def __init__(self, policy: Policy, env: Environment, briefs: Sequence[Mapping[str, Any]],
-                 recipe: Mapping[str, Any], seed: int, work: Path | None = None,
+                 recipe: RlRecipe, seed: int, work: Path | None = None,
                  log: Callable[[dict[str, float], int], None] = lambda m, s: None,
                  context: Mapping[str, Any] | None = None) -> None:
         if not policy.has_adapter:
@@ -81,14 +82,11 @@ class Trainer:
         self.policy, self.env, self.briefs, self.cfg, self.seed = policy, env, list(briefs), recipe, int(seed)
         self.work, self.log = work, log
         self.params = [p for p in policy.model.parameters() if p.requires_grad]
-        self.opt = torch.optim.AdamW(self.params, lr=float(recipe["lr"]), weight_decay=float(recipe["weight_decay"]))
-        repo, adapo = recipe["repo"], recipe["adapo"]
-        self.zeta = ZetaThermostat(float(repo["zeta_init"]), float(repo["zeta_floor"]), float(repo["zeta_max"]),
-                                   int(repo["warmup"]))
-        self.clip_high = AdaptiveClip(float(recipe["epsilon_high"]), float(adapo["step"]), float(adapo["low"]),
-                                      float(adapo["high"]), int(adapo["warmup"]))
-        floor = recipe["advantage_floor"]
-        self.floor = None if floor == "off" else float(floor)
+        self.opt = torch.optim.AdamW(self.params, lr=recipe.lr, weight_decay=recipe.weight_decay)
+        repo, adapo = recipe.repo, recipe.adapo
+        self.zeta = ZetaThermostat(repo.zeta_init, repo.zeta_floor, repo.zeta_max, repo.warmup)
+        self.clip_high = AdaptiveClip(recipe.epsilon_high, adapo.step, adapo.low, adapo.high, adapo.warmup)
+        self.floor = None if recipe.advantage_floor == "off" else float(recipe.advantage_floor)
         self.step = 0
         self.history: list[dict[str, float]] = []
         self.context = to_builtin(context) if context else {}
@@ -101,13 +99,13 @@ class Trainer:
         return [self.briefs[i] for i in idx]
 
     def _sample(self, briefs: Sequence[Mapping[str, Any]], step: int, stream: int) -> list[list[str]]:
-        return self.policy.generate([b["text"] for b in briefs], n=int(self.cfg["answers_per_brief"]),
-                                    temperature=float(self.cfg["temperature"]), seed=step_seed(self.seed, step, stream))
+        return self.policy.generate([b["text"] for b in briefs], n=self.cfg.answers_per_brief,
+                                    temperature=self.cfg.temperature, seed=step_seed(self.seed, step, stream))
 
     def rollout(self, step: int) -> tuple[list[Mapping[str, Any]], list[list[str]], list[list[Scored]],
                                           dict[str, float]]:
         t0 = time.perf_counter()
-        briefs = self._draw(step, int(self.cfg["briefs_per_step"]), 0)
+        briefs = self._draw(step, self.cfg.briefs_per_step, 0)
         answers = self._sample(briefs, step, 1)
         t1 = time.perf_counter()
         scored = [self.env.score(a, b) for a, b in zip(answers, briefs)]
@@ -120,8 +118,8 @@ class Trainer:
             timing["decoding/dead_ends"] = float(st.get("dead_ends", 0))
             st.clear()
         rounds = replaced = 0
-        if self.cfg["refill"]["enabled"]:
-            for r in range(int(self.cfg["refill"]["max_rounds"])):
+        if self.cfg.refill.enabled:
+            for r in range(self.cfg.refill.max_rounds):
                 flat = [i for i, g in enumerate(scored) if np.std([self._combined(s) for s in g]) < 1e-12]
                 if not flat:
                     break
@@ -158,19 +156,19 @@ class Trainer:
             names = list(g[0].channels)
             chans = {c: [s.channels[c] for s in g] for c in names}
             out.append(group_advantages(chans, self.env.priorities, np.array([s.valid for s in g]),
-                                        np.array([s.core for s in g]), self.floor, str(self.cfg["advantage"])))
+                                        np.array([s.core for s in g]), self.floor, self.cfg.advantage))
         return np.concatenate(out)
 
     # --- 4-5. the update ----------------------------------------------------------------------------------------
     def _forward(self, briefs: list[str], answers: list[str], adapter: bool, grad: bool, entropy: bool
                  ) -> list[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]]:
-        mb = int(self.cfg["micro_batch"])
+        mb = self.cfg.micro_batch
         return [self.policy.answer_forward(briefs[i:i + mb], answers[i:i + mb], adapter=adapter, grad=grad,
                                            entropy=entropy) for i in range(0, len(briefs), mb)]
 
     def update(self, briefs: list[str], answers: list[str], adv: np.ndarray) -> dict[str, float]:
         cfg = self.cfg
-        mb = int(cfg["micro_batch"])
+        mb = cfg.micro_batch
         t0 = time.perf_counter()
         ref = [lp for lp, _, _ in self._forward(briefs, answers, adapter=False, grad=False, entropy=False)]
         t1 = time.perf_counter()
@@ -178,10 +176,10 @@ class Trainer:
         n_tokens = 0.0
         old: list[torch.Tensor] = []
         stats: dict[str, list[float]] = {}
-        zeta = self.zeta.zeta if cfg["repo"]["enabled"] else 0.0
-        clip_high = self.clip_high.value if cfg["adapo"]["enabled"] else float(cfg["epsilon_high"])
+        zeta = self.zeta.zeta if cfg.repo.enabled else 0.0
+        clip_high = self.clip_high.value if cfg.adapo.enabled else cfg.epsilon_high
         entropies: list[float] = []
-        for it in range(int(cfg["updates_per_batch"])):
+        for it in range(cfg.updates_per_batch):
             self.policy.model.train()
             self.opt.zero_grad(set_to_none=True)
             for k, i in enumerate(range(0, len(briefs), mb)):
@@ -194,21 +192,21 @@ class Trainer:
                     n_tokens += float(mask.sum())
                 a = adv_t[i:i + mb]
                 a_tok = repo_r(a, lp, zeta) if zeta > 0 else a[:, None].expand_as(lp)
-                keep = top_entropy_mask(ent, mask, float(cfg["top_entropy_share"])) \
-                    if cfg["token_selection"] == "top_entropy" else mask
-                out = policy_loss(cfg["loss"], lp, old[k], ref[k], a_tok, keep, float(cfg["beta"]),
-                                  float(cfg["epsilon"]), clip_high, float(cfg["cispo_max"]))
+                keep = top_entropy_mask(ent, mask, cfg.top_entropy_share) \
+                    if cfg.token_selection == "top_entropy" else mask
+                out = policy_loss(cfg.loss, lp, old[k], ref[k], a_tok, keep, cfg.beta, cfg.epsilon, clip_high,
+                                  cfg.cispo_max)
                 # micro-batches weigh by their share of the batch, so the sum is the batch loss
                 (out.loss * (len(a) / len(briefs))).backward()
                 for name, v in [("policy_loss", out.policy_loss), ("kl", out.kl), *out.clip_ratio.items()]:
                     stats.setdefault(name, []).append(v * len(a) / len(briefs))
                 stats.setdefault("tokens_kept", []).append(float(keep.sum()))
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, float(cfg["max_grad_norm"])))
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
             self.opt.step()
             stats.setdefault("grad_norm", []).append(grad_norm)
         self.policy.model.eval()
         t2 = time.perf_counter()
-        passes = int(cfg["updates_per_batch"])
+        passes = cfg.updates_per_batch
         entropy = sum(entropies) / max(n_tokens, 1)
         metrics = {k: float(np.sum(v)) / passes for k, v in stats.items() if k != "grad_norm"}
         metrics.update({"grad_norm": float(np.mean(stats["grad_norm"])), "entropy": entropy,
@@ -251,7 +249,7 @@ class Trainer:
 
     def train(self, progress: Callable[[Any], Any] = lambda x: x) -> list[dict[str, float]]:
         """Run from `self.step` to `steps`, checkpointing every `checkpoint_every` steps into `work`."""
-        steps, every = int(self.cfg["steps"]), int(self.cfg["checkpoint_every"])
+        steps, every = self.cfg.steps, self.cfg.checkpoint_every
         bar = progress(range(self.step, steps))
         for step in bar:
             m = self.train_step(step)
@@ -303,7 +301,7 @@ class Trainer:
         if state["config_hash"] != self.hash:
             raise ResumeError(f"{path} was written by another recipe or seed: {self._differences(state)}; "
                               f"{afresh}, or resume under the recipe it was written with")
-        steps = int(self.cfg["steps"])
+        steps = self.cfg.steps
         if int(state["step"]) > steps:
             raise ResumeError(f"{path} has done {int(state['step'])} steps, more than this recipe's steps={steps}: "
                               f"a shorter run cannot continue a longer one; {afresh}, or set "
