@@ -228,14 +228,13 @@ def test_bad_recipe_and_ladder_values_fail_at_load():
     assert p.rl.change_vs_parent("dapo_repo_dora") == {"loss": ("cispo", "dapo")}
 
 
-def test_every_benchmark_trainer_is_expressible_as_config():
-    from alphagym.params import Rung, apply_rung
-    from alphagym.rl.bundles import BUNDLES
-
+def test_every_benchmark_trainer_is_a_rung_in_params():
+    """The companion benchmark's eight trainers are rungs of `rl.rungs` (`bench_*`), each a distinct recipe."""
     p = load_params(ROOT / "params.yaml")
-    recipes = {name: apply_rung(p.rl.recipe, Rung(parent="sft", change=name, set=s), name)
-               for name, s in BUNDLES.items()}
-    assert len({json.dumps(r.model_dump(), sort_keys=True) for r in recipes.values()}) == len(BUNDLES)
+    recipes = {name[len("bench_"):]: p.rl.recipe_of(name) for name in p.rl.rungs if name.startswith("bench_")}
+    assert set(recipes) == {"grpo", "dapo", "dapo_refill", "gdpo", "cispo", "dapo_adapo", "dapo_repo",
+                            "cispo_repo_w5"}
+    assert len({json.dumps(r.model_dump(), sort_keys=True) for r in recipes.values()}) == len(recipes)
     assert recipes["dapo_refill"].refill.enabled and recipes["dapo_adapo"].adapo.enabled
     assert recipes["cispo_repo_w5"].repo.enabled and recipes["cispo_repo_w5"].repo.warmup == 5
     assert recipes["grpo"].advantage == "combined" and recipes["gdpo"].advantage == "gdpo"
