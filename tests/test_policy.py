@@ -328,6 +328,27 @@ def test_smollm2_loads_generates_and_wraps_lora(tmp_path):
     assert not (tmp_path / "s" / "base").exists()       # the base comes from the wheel, not a copy
 
 
+def test_the_shared_prefix_comes_from_the_chat_template_whatever_its_markers():
+    """The shared prefix is the template rendered with the system turn alone: ChatML's `<|im_start|>system`
+    turn, another template's own markers, and nothing for a template that writes the system prompt after
+    the brief (no prompt starts with it)."""
+    pol = _policy()
+    chatml = pol.tokenizer.decode(pol.shared_prefix())
+    assert chatml.startswith("<|im_start|>system\n") and chatml.endswith("<|im_end|>\n")
+    pol._prefix_ids = None
+    pol.tokenizer.chat_template = ("{% for m in messages %}[{{ m['role'] | upper }}] {{ m['content'] }}\n"
+                                   "{% endfor %}{% if add_generation_prompt %}[ASSISTANT] {% endif %}")
+    other = pol.tokenizer.decode(pol.shared_prefix())
+    assert other.startswith("[SYSTEM] You design equity alphas") and "[USER]" not in other
+    enc = pol.encode_suffixes(BRIEFS, ANSWERS[:2], pol.shared_prefix())
+    assert enc is not None                    # ids(prefix) + ids(rest) == ids(prompt) for every prompt
+    pol._prefix_ids = None
+    pol.tokenizer.chat_template = ("{% for m in messages %}{% if m['role'] == 'user' %}{{ m['content'] }}\n"
+                                   "{% endif %}{% endfor %}{% for m in messages %}{% if m['role'] == 'system' %}"
+                                   "{{ m['content'] }}{% endif %}{% endfor %}")
+    assert pol.shared_prefix() is None
+
+
 @pytest.mark.parametrize("adapter", [True, False])
 @pytest.mark.parametrize("shape,kind", [("groups", "lora"), ("interleaved", "lora"), ("distinct", "lora"),
                                         ("groups", "dora")])

@@ -308,15 +308,18 @@ class Policy:
         return lp, mask
 
     def shared_prefix(self) -> list[int] | None:
-        """Token ids every prompt starts with (the system turn of the chat template), or None when the
-        template has no cleanly separable system turn. The split is at the user turn's start marker, a
-        special token, so ids(prefix) + ids(rest) == ids(prompt); `encode_suffixes` checks it per prompt."""
+        """Token ids every prompt starts with: the tokenizer's chat template rendered with the system turn
+        alone, when every prompt's text starts with that rendering (whatever the template's markers); None
+        for a template that renders nothing separable before the brief, or no template. `encode_suffixes`
+        checks per prompt that ids(prefix) + ids(rest) == ids(prompt) and shares nothing otherwise."""
         if self._prefix_ids is None:
-            marker = "\x00BRIEF\x00"
-            text = self.prompt(marker)
-            user = text.rfind("<|im_start|>user", 0, text.find(marker))
-            self._prefix_ids = (self.tokenizer(text[:user], add_special_tokens=False)["input_ids"]
-                                if user > 0 else [])
+            ids: list[int] = []
+            if self.tokenizer.chat_template:
+                system = self.tokenizer.apply_chat_template([{"role": "system", "content": self.system_prompt}],
+                                                            tokenize=False, add_generation_prompt=False)
+                if system and self.prompt("\x00BRIEF\x00").startswith(system):
+                    ids = self.tokenizer(system, add_special_tokens=False)["input_ids"]
+            self._prefix_ids = ids
         return self._prefix_ids or None
 
     def encode_suffixes(self, briefs: Sequence[str], answers: Sequence[str], prefix: list[int]
