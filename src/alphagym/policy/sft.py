@@ -13,9 +13,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
+from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
+from alphagym.briefs.catalogue import Catalogue
+from alphagym.policy.evaluate import verified_answers
 from alphagym.policy.model import Policy
 
 
@@ -72,3 +76,47 @@ def train_sft(policy: Policy, briefs: Sequence[str], answers: Sequence[str], cfg
             log({k: v for k, v in row.items() if k != "step"}, step)
     policy.model.eval()
     return curve
+
+
+_ROUND_KEYS = {"eval_loss": "round_eval_loss"}
+
+
+def self_distill(policy: Policy, pairs: pd.DataFrame, briefs: Sequence[Mapping[str, Any]], verifier: Any,
+                 cat: Catalogue, tol: float, cfg: Mapping[str, Any], temperature: float, seed: int, first_step: int,
+                 desc: str = "self-distill", log: Callable[[dict[str, float], int], None] = lambda m, s: None
+                 ) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """Rejection-sampling rounds after SFT (`cfg` is the backend's `sft` block, its `self_distill` the
+    rounds): draw answers to the training briefs at `temperature`, keep the valid ones (train window only;
+    never a holdout brief), and train on them mixed with `replay` corpus pairs per kept answer. The policy
+    learns which of its own habits the verifier accepts, which the corpus alone, all valid, cannot show it.
+    Trains the policy in place (with its decoding as set) and returns (the rounds' curve, its steps numbered
+    from `first_step`, a round's held-out loss as `round_eval_loss`; one summary row per round). `log` gets
+    each logged step's metrics under the curve's names."""
+    sd = cfg["self_distill"]
+    curve: list[dict[str, float]] = []
+    rounds: list[dict[str, float]] = []
+    for k in range(int(sd["rounds"])):
+        got, stats = verified_answers(policy, briefs, verifier, cat, tol, int(sd["samples"]), temperature,
+                                      seed + 100 + k, desc=f"{desc} {k + 1}")
+        policy.decode_stats.clear()
+        row = {"round": k + 1, "drawn": stats["answers"], "valid_share": stats["valid_share"], "kept": stats["kept"]}
+        if not got:                  # a policy too weak to write one valid answer: nothing to learn from
+            rounds.append({**row, "replayed": 0.0, "steps": 0.0})
+            continue
+        replay = pairs.sample(n=min(len(pairs), int(round(float(sd["replay"]) * len(got)))),
+                              random_state=seed + k)
+        briefs_k = [b for b, _ in got] + list(replay["brief"])
+        answers_k = [a for _, a in got] + list(replay["answer"])
+        step0, name = first_step + len(curve), f"{desc} {k + 1}"
+
+        def log_step(m: dict[str, float], s: int, step0: int = step0) -> None:
+            log({_ROUND_KEYS.get(key, key): v for key, v in m.items()}, step0 + s)
+
+        part = train_sft(policy, briefs_k, answers_k, {**cfg, "epochs": sd["epochs"], "lr": sd["lr"]}, seed + 7 + k,
+                         log=log_step, progress=lambda it, name=name: tqdm(it, desc=name, unit="step", mininterval=2))
+        # the round's held-out loss is on its own pairs' split, not the corpus's: kept apart
+        curve += [{**{_ROUND_KEYS.get(key, key): v for key, v in r.items()}, "step": step0 + r["step"], "round": k + 1}
+                  for r in part]
+        rounds.append({**row, "replayed": float(len(replay)), "steps": float(len(part)),
+                       "eval_loss": next((r["eval_loss"] for r in reversed(part) if "eval_loss" in r), float("nan"))})
+    return curve, rounds

@@ -23,11 +23,10 @@ from alphagym.policy.evaluate import (
     evaluate_policy,
     random_valid_baseline,
     scored_answers,
-    verified_answers,
 )
 from alphagym.policy.grammar import rejected_share, steered_share
 from alphagym.policy.model import build_policy, load_policy, set_decoding
-from alphagym.policy.sft import train_sft
+from alphagym.policy.sft import self_distill, train_sft
 from alphagym.tracking import StageRun
 from alphagym.verifier.verifier import Verifier
 
@@ -106,8 +105,14 @@ def sft(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun
     curve = train_sft(policy, list(pairs["brief"]), list(pairs["answer"]), scfg, seed,
                       log=lambda m, s: run.log_metrics({f"sft/{k}": v for k, v in m.items()}, step=s),
                       progress=lambda it: tqdm(it, desc=f"sft {item}", unit="step", mininterval=2))
-    curve += self_distill(policy, pairs, read_briefs(deps["briefs_train"], cat), verifier, cat, tol, params,
-                          item, seed, report, run, first_step=len(curve))
+    set_decoding(policy, params)
+    part, report["self_distill"] = self_distill(
+        policy, pairs, read_briefs(deps["briefs_train"], cat), verifier, cat, tol, scfg,
+        float(params["sft"]["eval"]["temperature"]), seed, first_step=len(curve), desc=f"{item} self-distill",
+        log=lambda m, s: run.log_metrics({f"sft/{k}": v for k, v in m.items()}, step=s))
+    curve += part
+    for r in report["self_distill"]:
+        run.log_metrics({f"self_distill/{k}": v for k, v in r.items()})
     rows = evaluate("after", seed + 1)
     report["random_valid_baseline"] = random_valid_baseline(
         list(pairs["formula"]), holdout, cat, tol, int(ev["samples"]), seed,
@@ -127,51 +132,6 @@ def sft(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun
     run.log_artifact(outs["report"])
     run.log_artifact(outs["curve"])
     return {"pairs": len(pairs), **{f"after_{k}": v for k, v in report["after"].items()}}
-
-
-_ROUND_KEYS = {"eval_loss": "round_eval_loss"}
-
-
-def self_distill(policy: Any, pairs: pd.DataFrame, briefs: list[dict], verifier: Verifier, cat: Any, tol: float,
-                 params: Any, item: str, seed: int, report: dict[str, Any], run: StageRun,
-                 first_step: int) -> list[dict[str, float]]:
-    """Rejection-sampling rounds after SFT (`sft.<item>.self_distill`): draw answers to the training briefs
-    at the rollout temperature, keep the valid ones (train window only; never a holdout brief), and train
-    on them mixed with `replay` corpus pairs per kept answer. The policy learns which of its own habits
-    the verifier accepts, which the corpus alone, all valid, cannot show it. Returns the rounds' curve."""
-    cfg = params["sft"][item]
-    sd = cfg["self_distill"]
-    curve: list[dict[str, float]] = []
-    report["self_distill"] = []
-    for k in range(int(sd["rounds"])):
-        set_decoding(policy, params)
-        got, stats = verified_answers(policy, briefs, verifier, cat, tol, int(sd["samples"]),
-                                      float(params["sft"]["eval"]["temperature"]), seed + 100 + k,
-                                      desc=f"{item} self-distill {k + 1}")
-        policy.decode_stats.clear()
-        row = {"round": k + 1, "drawn": stats["answers"], "valid_share": stats["valid_share"], "kept": stats["kept"]}
-        if not got:                  # a policy too weak to write one valid answer: nothing to learn from
-            report["self_distill"].append({**row, "replayed": 0.0, "steps": 0.0})
-            continue
-        replay = pairs.sample(n=min(len(pairs), int(round(float(sd["replay"]) * len(got)))),
-                              random_state=seed + k)
-        briefs_k = [b for b, _ in got] + list(replay["brief"])
-        answers_k = [a for _, a in got] + list(replay["answer"])
-        step0, desc = first_step + len(curve), f"{item} self-distill {k + 1}"
-
-        def log(m: dict[str, float], s: int, step0: int = step0) -> None:
-            run.log_metrics({f"sft/{_ROUND_KEYS.get(key, key)}": v for key, v in m.items()}, step=step0 + s)
-
-        part = train_sft(policy, briefs_k, answers_k, {**cfg, "epochs": sd["epochs"], "lr": sd["lr"]}, seed + 7 + k,
-                         log=log, progress=lambda it, desc=desc: tqdm(it, desc=desc, unit="step", mininterval=2))
-        # the round's held-out loss is on its own pairs' split, not the corpus's: kept apart
-        curve += [{**{_ROUND_KEYS.get(key, key): v for key, v in r.items()}, "step": step0 + r["step"], "round": k + 1}
-                  for r in part]
-        report["self_distill"].append({**row, "replayed": float(len(replay)), "steps": float(len(part)),
-                                       "eval_loss": next((r["eval_loss"] for r in reversed(part) if "eval_loss" in r),
-                                                         float("nan"))})
-        run.log_metrics({f"self_distill/{key}": v for key, v in report["self_distill"][-1].items()})
-    return curve
 
 
 def select_briefs(table: pd.DataFrame, samples: int, min_kept: int) -> tuple[pd.Series, str]:
