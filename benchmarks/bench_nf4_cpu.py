@@ -25,7 +25,8 @@ configure_runtime()          # before numpy and torch load: the settings every a
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from alphagym.policy.model import Policy, load_hf, load_smollm2, wrap_adapter  # noqa: E402
+from alphagym.policy.backends import load_hf, load_smollm2, wrap_adapter  # noqa: E402
+from alphagym.policy.model import Policy  # noqa: E402
 
 BRIEFS = ["Design an alpha whose PRIMARY mechanism is volume variability. Target horizon: roughly 20-day windows.",
           "Design an alpha whose PRIMARY mechanism is short-term reversal. Inputs: must use exactly one ts_delta.",

@@ -54,7 +54,8 @@ def main() -> int:
     from alphagym.data.build_panel import build_panel
     from alphagym.data.sources import load_source
     from alphagym.params import RlRecipe
-    from alphagym.policy.model import Policy, load_hf, load_smollm2, wrap_adapter
+    from alphagym.policy.backends import load_hf, load_smollm2, wrap_adapter
+    from alphagym.policy.model import Policy
     from alphagym.policy.sft import train_sft
     from alphagym.rl.env import VerifierEnv
     from alphagym.rl.trainer import Trainer

@@ -13,15 +13,8 @@ import torch
 from alphagym.artifacts import write_manifest
 from alphagym.dsl.prefix import PrefixChecker
 from alphagym.errors import PolicyError
-from alphagym.policy.model import (
-    Policy,
-    build_policy,
-    disable_dropout,
-    load_hf,
-    load_policy,
-    tiny_model,
-    wrap_adapter,
-)
+from alphagym.policy.backends import disable_dropout, load_hf, tiny_model, wrap_adapter
+from alphagym.policy.model import Policy, build_policy, load_policy
 from alphagym.policy.sft import sft_loss, train_sft
 from alphagym.policy.tokenizer import train_tokenizer
 
@@ -75,6 +68,9 @@ def test_adapter_save_reload_and_disable(kind, tmp_path):
     for a, b in zip(off, base_lp):                     # disabled adapter = the base model
         torch.testing.assert_close(a, b)
     pol.save(tmp_path / "p")
+    # the adapter's config lists its modules sorted (peft writes a set's order, which follows the hash seed)
+    modules = json.loads((tmp_path / "p" / "adapter_config.json").read_text())["target_modules"]
+    assert modules == sorted(ADAPTER["target_modules"])
     again = load_policy(tmp_path / "p")
     assert again.has_adapter
     for a, b in zip(again.logprobs(BRIEFS, ANSWERS), on):

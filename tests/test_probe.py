@@ -22,7 +22,8 @@ from alphagym.config import load_params
 from alphagym.data.sources import load_source
 from alphagym.errors import ConfigError, DataError, PolicyError
 from alphagym.pipeline import stage_table
-from alphagym.policy.model import build_policy, wrap_adapter
+from alphagym.policy.backends import wrap_adapter
+from alphagym.policy.model import build_policy
 from alphagym.policy.sft import train_sft
 from alphagym.probe.select import select_checkpoint
 from alphagym.rl.checkpoints import list_checkpoints

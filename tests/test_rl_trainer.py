@@ -17,7 +17,8 @@ from alphagym.artifacts import write_manifest
 from alphagym.config import load_params
 from alphagym.errors import ArtifactError, ConfigError, PolicyError, ResumeError
 from alphagym.params import RlRecipe
-from alphagym.policy.model import Policy, build_policy, wrap_adapter
+from alphagym.policy.backends import wrap_adapter
+from alphagym.policy.model import Policy, build_policy
 from alphagym.policy.sft import train_sft
 from alphagym.rl.env import Scored
 from alphagym.rl.trainer import Trainer, latest_checkpoint
@@ -161,7 +162,8 @@ def test_nf4_policy_trains_checkpoints_and_probes_on_cpu(sft_state, tmp_path):
     """The GPU profile's path (an `hf` checkpoint in NF4 + LoRA) run on the CPU: the trainer updates the
     adapter through the 4-bit layers, and a checkpoint goes back on the base as the probe loads it."""
     pytest.importorskip("bitsandbytes", reason="bitsandbytes is not installed (make setup installs it)")
-    from alphagym.policy.model import load_hf, load_policy, unwrapped_base
+    from alphagym.policy.backends import load_hf, unwrapped_base
+    from alphagym.policy.model import load_policy
     from alphagym.rl.checkpoints import at_checkpoint
 
     unwrapped_base(sft_state.model).save_pretrained(tmp_path / "hf")

@@ -21,7 +21,8 @@ from safetensors import SafetensorError
 from alphagym.artifacts import MANIFEST, read_json, verify_manifest
 from alphagym.errors import ArtifactError, PolicyError
 from alphagym.params import RlRecipe
-from alphagym.policy.model import META, Policy, base_fingerprint, load_policy, set_decoding
+from alphagym.policy.backends import base_fingerprint
+from alphagym.policy.model import META, Policy, load_policy, set_decoding
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d{6})$")
 # what a checkpoint the probe reads must hold (`Trainer.save_checkpoint` writes these and more); a folder

@@ -26,7 +26,7 @@ from alphagym.briefs.generate import read_briefs
 from alphagym.config import to_builtin
 from alphagym.panel import Panel
 from alphagym.params import resolve_rung, split_replica
-from alphagym.policy.model import disable_dropout, wrap_adapter
+from alphagym.policy.backends import disable_dropout, wrap_adapter
 from alphagym.rl.checkpoints import set_threads, sft_base
 from alphagym.rl.env import VerifierEnv
 from alphagym.rl.plots import curves_figure

@@ -38,8 +38,9 @@ from alphagym.artifacts import MANIFEST, read_json, read_safetensors, read_torch
 from alphagym.config import to_builtin
 from alphagym.errors import ArtifactError, PolicyError, ResumeError
 from alphagym.params import RlRecipe
+from alphagym.policy.backends import base_fingerprint
 from alphagym.policy.grammar import rejected_share, steered_share
-from alphagym.policy.model import META, Policy, base_fingerprint
+from alphagym.policy.model import META, Policy
 from alphagym.rl.advantages import group_advantages
 from alphagym.rl.controllers import AdaptiveClip, ZetaThermostat
 from alphagym.rl.env import Environment, Scored
