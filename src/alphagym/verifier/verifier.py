@@ -1,4 +1,5 @@
-"""The Verifier: an answer -> a typed score card of 12 reward channels, validity and book metrics.
+"""The Verifier: an answer -> a typed score card of the reward channels (`channels.REGISTRY`), validity and
+book metrics.
 
 Built once per panel: forward returns, factor returns, cost inputs, CPCV masks and the novelty archive are
 precomputed, so scoring one answer is one formula evaluation plus a handful of vector operations.
