@@ -19,6 +19,7 @@ from alphagym.artifacts import write_manifest
 from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.generate import generate, write_briefs
 from alphagym.config import load_params
+from alphagym.data.build_panel import build_panel
 from alphagym.data.sources import load_source
 from alphagym.errors import ConfigError, DataError, PolicyError
 from alphagym.pipeline import stage_table
@@ -66,19 +67,19 @@ def test_selection_refuses_holdout_columns():
         select_checkpoint(pd.DataFrame({"step": [], "train_cpcv": []}))
 
 
-@pytest.fixture(scope="module")
-def ladder(tmp_path_factory, sim_panels):
-    """A results folder with everything the probe needs for rung `cispo_repo` (two checkpoints)."""
-    tmp = tmp_path_factory.mktemp("ladder")
+def _build_ladder(tmp: Path, overrides: list[str], panels=None):
+    """A results folder with everything the probe needs for rung `cispo_repo` (two checkpoints), on the
+    profile `overrides` select: its panels (`panels`, else built from its source) and its ground truth
+    (the simulator's effects, decoys and traps, or real data's note that there is none)."""
     params = load_params(ROOT / "params.yaml", [f"paths.results={tmp}/results", "tracking.enabled=false",
-                                                "briefs.holdout=6", "rl.recipe.max_new_tokens=32"])
+                                                "briefs.holdout=6", "rl.recipe.max_new_tokens=64", *overrides])
     table = stage_table(params)
     deps = table["probe@cispo_repo"].deps
-    train, holdout = sim_panels
+    prices, sectors, truth = load_source(params)
+    train, holdout = panels if panels is not None else build_panel(prices, sectors, params)[:2]
     for key, panel in (("train", train), ("holdout", holdout)):
         Path(deps[key]).parent.mkdir(parents=True, exist_ok=True)
         panel.write_parquet(deps[key])
-    truth = load_source(params)[2]                        # the simulator's effects, decoys and traps
     Path(deps["truth"]).parent.mkdir(parents=True, exist_ok=True)
     Path(deps["truth"]).write_text(json.dumps(truth, default=float))
     cat = load_catalogue()
@@ -91,7 +92,7 @@ def ladder(tmp_path_factory, sim_panels):
     texts = [b["text"] for b in held]
     pol = build_policy("tiny", cfg, texts + FORMULAS, seed=0)
     train_sft(pol, texts * 6, (FORMULAS * len(texts) * 2)[: len(texts) * 6],
-              {"eval_share": 0.05, "batch_size": 16, "epochs": 10, "lr": 1e-2, "weight_decay": 0.0,
+              {"eval_share": 0.05, "batch_size": 16, "epochs": 30, "lr": 1e-2, "weight_decay": 0.0,
                "warmup_share": 0.05, "max_grad_norm": 1.0, "eval_every": 1000}, 0)
     pol.save(deps["policy"])
     torch.manual_seed(0)
@@ -106,6 +107,18 @@ def ladder(tmp_path_factory, sim_panels):
             (folder / WRITTEN).write_text(json.dumps(WRITTEN_POOL))
         write_manifest(folder)
     return params, table
+
+
+@pytest.fixture(scope="module")
+def ladder(tmp_path_factory, sim_panels):
+    """The probe's inputs on the default simulated market."""
+    return _build_ladder(tmp_path_factory.mktemp("ladder"), [], sim_panels)
+
+
+@pytest.fixture(scope="module")
+def real_ladder(tmp_path_factory, shared_data):
+    """The probe's inputs on the `real` profile (the shared prices; skipped when they are absent)."""
+    return _build_ladder(tmp_path_factory.mktemp("real_ladder"), ["profile=real", f"data.csv_dir={shared_data}"])
 
 
 def test_probe_selects_on_train_numbers_before_scoring_the_holdout(ladder, monkeypatch):
@@ -139,6 +152,7 @@ def test_probe_selects_on_train_numbers_before_scoring_the_holdout(ladder, monke
     best = t.sort_values(["train_cpcv", "step"], ascending=[False, True]).iloc[0]
     assert int(best["step"]) == out["shipped_step"]
     assert t["pass_at_k"].between(0, 1).all() and {"families", "holdout_effective_bets", "capped_answers"} <= set(t)
+    assert t["valid"].ge(1).all() and t["families"].ge(1).all()   # the bet counts see real answers
     assert (t["families_positive"] <= t["families"]).all() and (t["train_capped_sharpe"].notna()).all()
     summary = json.loads(Path(outs["summary"]).read_text())
     capped_pick = int(t.sort_values(["train_capped_sharpe", "step"], ascending=[False, True]).iloc[0]["step"])
@@ -153,6 +167,22 @@ def test_probe_selects_on_train_numbers_before_scoring_the_holdout(ladder, monke
     assert not (a["holdout_valid"] & ~a["valid"]).any()
     summary = json.loads(Path(outs["summary"]).read_text())
     assert summary["selector"] == "train_cpcv" and summary["shipped_step"] == out["shipped_step"]
+
+
+def test_on_real_data_the_probe_counts_bets_without_coverage(real_ladder):
+    """The `real` profile's probe: every bet-counting column is computed on the real holdout year, and the
+    coverage columns, which need the simulator's ground truth, are absent rather than zero."""
+    params, table = real_ladder
+    run_stage(params, "probe@cispo_repo")
+    t = pd.read_parquet(table["probe@cispo_repo"].outs["table"])
+    assert list(t["step"]) == [0, 2, 4]
+    for col in ("valid", "families", "families_positive", "holdout_mean_abs_corr", "holdout_effective_bets",
+                "capped_answers", "capped_effective_bets", "compliance", "compliant_share", "pass_at_k",
+                "train_capped_sharpe", "train_effective_bets"):
+        assert col in t.columns, col
+    assert t["valid"].ge(1).all() and t["families"].ge(1).all() and t["pass_at_k"].between(0, 1).all()
+    assert t["holdout_effective_bets"].notna().all() and t["compliance"].between(0, 1).all()
+    assert not [c for c in t.columns if c.startswith("planted") or c == "decoy_trap_answers"]
 
 
 def _train_outputs(table) -> None:
