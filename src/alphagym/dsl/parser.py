@@ -39,6 +39,29 @@ class Limits:
         return cls(**{k: int(v) for k, v in params.items() if k in cls.__dataclass_fields__})
 
 
+class FinishedCalls:
+    """Calls that prefix-mode parses finished, for the parses of texts that begin the same way: the grammar
+    checker parses an answer again at every token (and every candidate token), and all but the calls still
+    open at its end were parsed before. A call's parse depends only on its own tokens and on what the
+    enclosing parse has open (the depth the unfinished nodes add, the nesting, each open call's least
+    lookback); it reads nothing past its ')'. So an entry, keyed by the text before the call's name and that
+    context, is reused when the tokens from the name to the ')' are the same tokens (positions included),
+    and a re-parse walks only the spine of calls still open. Errors are never kept: a call that fails is
+    parsed again. Bounded: cleared when it holds `size` entries."""
+
+    def __init__(self, size: int = 100_000) -> None:
+        self.size = size
+        self.entries: dict[tuple, tuple[Node, int, tuple[Token, ...], tuple[int, int]]] = {}
+
+    def get(self, key: tuple) -> tuple[Node, int, tuple[Token, ...], tuple[int, int]] | None:
+        return self.entries.get(key)
+
+    def put(self, key: tuple, value: tuple[Node, int, tuple[Token, ...], tuple[int, int]]) -> None:
+        if len(self.entries) >= self.size:
+            self.entries.clear()
+        self.entries[key] = value
+
+
 class _Parser:
     """`prefix=True` is the grammar-constrained decoder's mode (`dsl.prefix`): every rule that the full
     parse checks only at a call's closing ')' (unknown function, too many arguments, a window that is not a
@@ -46,11 +69,16 @@ class _Parser:
     prefix that parses up to its end can always be completed."""
 
     def __init__(self, text: str, limits: Limits, prefix: bool = False,
-                 unavailable: frozenset[str] = frozenset()) -> None:
+                 unavailable: frozenset[str] = frozenset(), tokens: list[Token] | None = None,
+                 finished: FinishedCalls | None = None) -> None:
         self.text, self.limits, self.prefix, self.unavailable = text, limits, prefix, unavailable
         self.memo: dict[int, tuple[int, int]] = {}
-        self.tokens: list[Token] = tokenize(text, limits.max_tokens, limits.max_chars)
+        # `tokens`: the text's tokens when the caller has them (`PrefixChecker` lexes only a prefix's tail)
+        self.tokens: list[Token] = tokens if tokens is not None else tokenize(text, limits.max_tokens,
+                                                                              limits.max_chars)
+        self.finished = finished
         self.i = 0
+        self.tok: Token = self.tokens[0]
         self.nest = 0
         self.max_nest = 2 * limits.max_depth + 8
         # prefix mode: the least lookback each open call will add once closed (1 for a shift such as delay
@@ -64,13 +92,16 @@ class _Parser:
         self.outer = 0
 
     # -- helpers --
-    @property
-    def tok(self) -> Token:
-        return self.tokens[self.i]
+    def advance(self) -> None:
+        """Move past the current token. `tok` is kept as an attribute, not looked up: the rules read it
+        about five times a token, and the grammar checker parses every prefix the policy writes."""
+        self.i += 1
+        self.tok = self.tokens[self.i]
 
     def accept(self, text: str) -> bool:
-        if self.tok.kind == "op" and self.tok.text == text:
-            self.i += 1
+        tok = self.tok
+        if tok.kind == "op" and tok.text == text:
+            self.advance()
             return True
         return False
 
@@ -99,7 +130,7 @@ class _Parser:
         if self.tok.kind == "op" and self.tok.text == "?":
             if self.prefix:
                 self.check_depth(self.shape(cond)[0] + 1, self.tok)
-            self.i += 1
+            self.advance()
             self.outer += 1
             yes = self.ternary()
             self.expect(":", "in a 'c ? a : b' expression")
@@ -119,7 +150,7 @@ class _Parser:
             op = self.tok.text
             if self.prefix:
                 self.check_depth(self.shape(left)[0] + 1, self.tok)
-            self.i += 1
+            self.advance()
             self.outer += 1
             right = self.binary(self._PREC[op] + 1)
             self.outer -= 1
@@ -129,7 +160,7 @@ class _Parser:
     def unary(self) -> Node:
         if self.tok.kind == "op" and self.tok.text in ("-", "+"):
             sign, tok = self.tok.text, self.tok
-            self.i += 1
+            self.advance()
             self.enter()
             # `-name...` is sure to build a `neg` level; `-2` builds none, `-(...)` is known only once read
             ahead = int(sign == "-" and self.tok.kind == "name")
@@ -150,7 +181,7 @@ class _Parser:
         if self.tok.kind == "op" and self.tok.text == "^":
             if self.prefix:
                 self.check_depth(self.shape(base)[0] + 1, self.tok)
-            self.i += 1
+            self.advance()
             self.enter()
             self.outer += 1
             exponent = self.unary()
@@ -162,17 +193,17 @@ class _Parser:
     def primary(self) -> Node:
         tok = self.tok
         if tok.kind == "num":
-            self.i += 1
+            self.advance()
             return Num(tok.value)
         if tok.kind == "op" and tok.text == "(":
-            self.i += 1
+            self.advance()
             node = self.ternary()
             self.expect(")", "to close the parenthesis")
             return node
         if tok.kind == "name":
-            self.i += 1
+            self.advance()
             if self.tok.kind == "op" and self.tok.text == "(":
-                return self.call(tok)
+                return self.call(tok) if self.finished is None else self.finished_call(tok)
             return self.name(tok)
         found = "end of formula" if tok.kind == "end" else repr(tok.text)
         raise ParseError(f"expected a number, a field, a function or '(', found {found}", tok.pos, self.text)
@@ -217,7 +248,7 @@ class _Parser:
                     if self.prefix:          # indneutralize's group slot is a literal slot, taken above
                         raise ParseError(f"{start.text} is only allowed as the second argument of indneutralize",
                                          start.pos, self.text)
-                    self.i += 1
+                    self.advance()
                     args.append((start.text.lower().split(".", 1)[1], start))
                 else:
                     args.append((self.ternary(), start))
@@ -244,6 +275,22 @@ class _Parser:
             d, lb = self.shape(node)
             self.check_depth(d, tok)
             self.check_lookback(lb, tok)
+        return node
+
+    def finished_call(self, tok: Token) -> Node:
+        """`call`, reusing the call a text with the same beginning already parsed in full (`FinishedCalls`)."""
+        i = self.i - 1                               # the function name's token
+        key = (self.text[: tok.pos], self.outer, self.nest, tuple(self.pending))
+        assert self.finished is not None
+        hit = self.finished.get(key)
+        if hit is not None:
+            node, j, span, shape = hit
+            if len(self.tokens) > j and tuple(self.tokens[i:j]) == span:
+                self.i, self.tok = j, self.tokens[j]
+                self.memo[id(node)] = shape
+                return node
+        node = self.call(tok)
+        self.finished.put(key, (node, self.i, tuple(self.tokens[i:self.i]), self.shape(node)))
         return node
 
     def check_constant(self, reason: str | None, tok: Token) -> None:
@@ -307,7 +354,7 @@ class _Parser:
         arguments', fits; scale's numeric target; indneutralize's IndClass group."""
         tok, sign = self.tok, 1.0
         if low == "scale" and tok.kind == "op" and tok.text == "-":     # scale(x, -1) reads as a literal
-            self.i += 1
+            self.advance()
             tok, sign = self.tok, -1.0
         if tok.kind == "end":
             raise ParseError(f"expected the last argument of {low}, found end of formula", tok.pos, self.text)
@@ -329,7 +376,7 @@ class _Parser:
                 own = d - 1 if spec.lookback == "window" else d
                 self.pending[-1] = 0               # this call's own is now known: `own`
                 self.check_lookback(base + own, tok)
-        self.i += 1
+        self.advance()
         if not (self.tok.kind == "op" and self.tok.text == ")"):
             self.expect(")", "after the last argument")
         return value

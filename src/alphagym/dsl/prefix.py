@@ -24,7 +24,8 @@ import re
 from functools import lru_cache
 
 from alphagym.dsl.errors import DslError
-from alphagym.dsl.parser import Limits, _Parser, parse
+from alphagym.dsl.lexer import Token, tokenize
+from alphagym.dsl.parser import FinishedCalls, Limits, _Parser, parse
 from alphagym.dsl.registry import ALIASES, FIELDS, GROUPS, OPS
 from alphagym.panel import DSL_FIELDS
 
@@ -50,11 +51,17 @@ class PrefixChecker:
     (`<alpha>FORMULA</alpha>` with a formula that parses; only the end token may follow). Fields the panel
     lacks (`cap` unless it carries it) are unknown names here, as they are to the verifier."""
 
-    def __init__(self, limits: Limits | None = None, fields: tuple[str, ...] = DSL_FIELDS) -> None:
+    def __init__(self, limits: Limits | None = None, fields: tuple[str, ...] = DSL_FIELDS,
+                 reuse: bool = True) -> None:
         self.limits = limits or Limits()
         self.fields = tuple(f for f in FIELDS if f in fields)
         self.unavailable = frozenset(FIELDS) - frozenset(self.fields)
         self.state = lru_cache(maxsize=200_000)(self._state)
+        # a text is checked again with one more token (and with each candidate token): its calls finished
+        # before are reused, and only the text after its last whitespace is lexed again
+        # (`reuse=False`: every text parsed from scratch, the reference `benchmarks/bench_grammar.py` times)
+        self.finished = FinishedCalls() if reuse else None
+        self.heads: dict[str, list[Token]] | None = {} if reuse else None
         # the sampler asks again for texts it has met (every row past half its budget, at every token;
         # answers that repeat across a rung's steps): a search costs 2-7 ms, a repeat nothing
         self.completion = lru_cache(maxsize=50_000)(self.completion)  # type: ignore[method-assign]
@@ -131,7 +138,8 @@ class PrefixChecker:
         if not formula.strip():
             return False
         try:
-            _Parser(formula, self.limits, prefix=True, unavailable=self.unavailable).parse()
+            _Parser(formula, self.limits, prefix=True, unavailable=self.unavailable,
+                    tokens=self._tokens(formula), finished=self.finished).parse()
             parse(formula, self.limits)
         except DslError:
             return False
@@ -166,9 +174,24 @@ class PrefixChecker:
         out += [c for c in _INDCLASS if c.startswith(name)][:1]
         return out
 
+    def _tokens(self, formula: str) -> list[Token]:
+        """`tokenize(formula)`, resumed after the formula's last whitespace from the tokens before it."""
+        cut = max(formula.rfind(" "), formula.rfind("\t"), formula.rfind("\n"), formula.rfind("\r"))
+        limits = self.limits
+        if self.heads is None or cut <= 0 or len(formula) > limits.max_chars:
+            return tokenize(formula, limits.max_tokens, limits.max_chars)
+        head = self.heads.get(formula[:cut])
+        if head is None:
+            head = tokenize(formula[:cut], limits.max_tokens, limits.max_chars)[:-1]
+            if len(self.heads) >= 100_000:
+                self.heads.clear()
+            self.heads[formula[:cut]] = head
+        return tokenize(formula, limits.max_tokens, limits.max_chars, head=head, start=cut)
+
     def _parses_to_end(self, formula: str) -> bool:
         try:
-            _Parser(formula, self.limits, prefix=True, unavailable=self.unavailable).parse()
+            _Parser(formula, self.limits, prefix=True, unavailable=self.unavailable,
+                    tokens=self._tokens(formula), finished=self.finished).parse()
         except DslError as exc:
             return exc.pos == len(formula)
         return True

@@ -7,7 +7,9 @@ per token (`gumbel_keys`) and the sampler takes the candidates in the order of t
 first whose answer stays viable. The first candidate is a draw from the model's distribution; the first
 viable one is an exact draw from that distribution restricted to viable tokens and renormalised (Gumbel
 top-k is sampling without replacement). It costs one parse per candidate tried instead of one per
-vocabulary entry (a 49k-token vocabulary makes masking every token per step far too slow on a CPU).
+vocabulary entry (a 49k-token vocabulary makes masking every token per step far too slow on a CPU), and
+each parse reuses the calls the answer had already finished (`dsl.parser.FinishedCalls`): only the calls
+still open at its end are parsed again, and only the text after its last space is lexed again.
 Greedy decoding is the same walk over the logits themselves. After `scan` rejected candidates (a dead
 end, which `dead_ends` counts) the answer is finished with its shortest completion, as in the closing
 phase below.

@@ -1,0 +1,98 @@
+"""The grammar checker's answers are pinned: every character prefix of 480 answers (well-formed formulas,
+the same with characters dropped, doubled or replaced, and strings of DSL pieces) has the state the
+recursive-descent checker gave when the file was written (`tests/data/prefix_golden.jsonl`), and each
+formula the same full-parse outcome (its canonical text, or its error's rule and position). A change that
+makes the checker or the parser faster must leave every one of them as it was; a change to the grammar
+itself rewrites the file on purpose:
+
+    PYTHONPATH=src python tests/test_prefix_golden.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from alphagym.dsl.errors import DslError
+from alphagym.dsl.parser import parse
+from alphagym.dsl.prefix import CLOSE, OPEN, PrefixChecker
+from alphagym.dsl.printer import plain
+from alphagym.dsl.random_formula import random_formula
+
+GOLDEN = Path(__file__).parent / "data" / "prefix_golden.jsonl"
+_STATE = {"dead": "x", "open": "o", "done": "d"}
+_CHARS = list("abcdelmnorstuvwy_0123456789.,()+-*/^<>=!|&?: ")
+_PIECES = ["rank(", "ts_mean(", "ts_corr(", "delay(", "sign(", "scale(", "indneutralize(", "IndClass.sector",
+           "close", "volume", "returns", "vwap", "adv20", "cap", ", 5", ", 252", ", 300", ")", " - ", " * ", " / ",
+           " ? ", " : ", " < ", " || ", "-", "1", "0.5", "1e-3", "(", "abs(", "log(", "min(", "max(", "ts_rank("]
+
+
+def corpus() -> list[str]:
+    """The formulas whose prefixes are checked: 160 random formulas of the registry (depth up to 6), each
+    also mutated once, and 160 strings of DSL pieces (mostly not formulas)."""
+    rng = np.random.default_rng(20261203)
+    out: list[str] = []
+    for seed in range(160):
+        try:               # long windows now and then: some breach the lookback limit, and are drawn again
+            f = random_formula(seed, max_depth=2 + seed % 5, max_window=120 if seed % 7 == 0 else 30)
+        except DslError:
+            f = random_formula(seed, max_depth=2 + seed % 5)
+        out.append(f)
+        chars = list(f)
+        for _ in range(1 + seed % 3):
+            at = int(rng.integers(len(chars)))
+            kind = seed % 3
+            if kind == 0:
+                del chars[at]
+            elif kind == 1:
+                chars.insert(at, chars[at])
+            else:
+                chars[at] = _CHARS[int(rng.integers(len(_CHARS)))]
+        out.append("".join(chars))
+    for _ in range(160):
+        out.append("".join(_PIECES[int(i)] for i in rng.integers(len(_PIECES), size=int(rng.integers(2, 14)))))
+    return out
+
+
+def outcome(formula: str) -> str:
+    try:
+        return "ok " + plain(parse(formula))
+    except DslError as exc:
+        return f"{exc.rule} {exc.pos} {exc}"
+
+
+def states(checker: PrefixChecker, formula: str) -> str:
+    answer = f"{OPEN}{formula}{CLOSE}"
+    return "".join(_STATE[checker.state(answer[:k])] for k in range(1, len(answer) + 1))
+
+
+def test_every_prefix_state_and_parse_outcome_is_as_pinned():
+    rows = [json.loads(line) for line in GOLDEN.read_text().splitlines()]
+    formulas = corpus()
+    assert [r["formula"] for r in rows] == formulas
+    checker = PrefixChecker()
+    changed = [(r["formula"], k) for r in rows
+               for k, (a, b) in enumerate(zip(states(checker, r["formula"]), r["states"], strict=True)) if a != b]
+    assert not changed, f"{len(changed)} prefixes changed state, e.g. {changed[:3]}"
+    # the same prefixes in a shuffled order, so that what the checker keeps from one text (the calls it
+    # finished, the tokens before a text's last space) meets every other text before its own prefixes
+    order = [(r["formula"], k) for r in rows for k in range(1, len(r["states"]) + 1)]
+    np.random.default_rng(0).shuffle(order)
+    fresh, pinned = PrefixChecker(), {r["formula"]: r["states"] for r in rows}
+    changed = [(f, k) for f, k in order if _STATE[fresh.state(f"{OPEN}{f}{CLOSE}"[:k])] != pinned[f][k - 1]]
+    assert not changed, f"{len(changed)} prefixes changed state in a shuffled order, e.g. {changed[:3]}"
+    parsed = [(r["formula"], outcome(r["formula"]), r["parse"]) for r in rows if outcome(r["formula"]) != r["parse"]]
+    assert not parsed, parsed[:3]
+    # the pinned set reaches every state and both outcomes, so it can catch a change in either
+    joined = "".join(r["states"] for r in rows)
+    assert {"x", "o", "d"} <= set(joined) and sum(r["parse"].startswith("ok") for r in rows) > 100
+    assert sum(not r["parse"].startswith("ok") for r in rows) > 100
+
+
+if __name__ == "__main__":
+    checker = PrefixChecker()
+    GOLDEN.write_text("".join(json.dumps({"formula": f, "states": states(checker, f), "parse": outcome(f)}) + "\n"
+                              for f in corpus()))
+    print(f"wrote {GOLDEN}")
