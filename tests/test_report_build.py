@@ -78,3 +78,22 @@ def test_pairs_are_deduplicated_on_brief_and_canonical_form():
     first = out[out["brief"] == "h1"].iloc[0]
     assert first["train_cpcv"] == 0.3 and first["brief_text"] == "brief one"
     assert first["written_by"] == ["a@0", "a@100", "b@0"]
+
+
+def test_the_bets_table_gives_step_0_and_the_shipped_checkpoint_with_the_archive_book():
+    """Two rows a rung, read from its probe table (step 0 and the shipped step, other checkpoints left
+    out), the shipped one with the archive book; columns the probe lacks (coverage on real data) are
+    absent, not zero; a failed rung has none."""
+    from alphagym.report.build import RungResult, bet_rows
+
+    table = pd.DataFrame({"step": [0, 100, 200], "shipped": [False, False, True], "valid": [45, 48, 50],
+                          "families": [40, 20, 3], "holdout_effective_bets": [9.0, 5.0, 1.2],
+                          "holdout_score": [-3.5, 0.2, 1.5]})
+    ok = RungResult("a", "a", 0, "sft", "x", table=table, probe={"shipped_step": 200},
+                    books={"archive": {"answers": 20, "effective_bets": 6.3}})
+    failed = RungResult("b", "b", 0, "a", "y", missing=["log: gone"])
+    rows = bet_rows([ok, failed])
+    assert [r["checkpoint"] for r in rows] == ["step 0", "shipped (200)"]
+    assert rows[0]["families"] == 40 and rows[1]["families"] == 3 and rows[1]["holdout_score"] == 1.5
+    assert rows[1]["archive_effective_bets"] == 6.3 and "archive_effective_bets" not in rows[0]
+    assert "planted_edges_expressed" not in rows[0]

@@ -119,6 +119,38 @@ def ladder_rows(results: Sequence[RungResult], diffs: Mapping[str, Mapping[str, 
     return rows
 
 
+# the probe's per-checkpoint bet columns the report's "Bets" table shows for step 0 and the shipped step
+# (planted-edge coverage exists on the simulator only: absent columns are left out)
+BET_TABLE_COLUMNS = ("valid", "families", "families_positive", "holdout_mean_abs_corr", "holdout_effective_bets",
+                     "capped_answers", "capped_effective_bets", "compliance", "compliant_share", "pass_at_k",
+                     "planted_edges_expressed", "decoy_trap_answers")
+
+
+def bet_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
+    """Per rung, two rows: the SFT policy (step 0) and the shipped checkpoint, with every bet column of the
+    probe's checkpoint table and its holdout score; the shipped row also carries the rung's archive book
+    (answers and effective bets of the correlation-capped pick from everything the rung wrote in training)."""
+    rows = []
+    for r in results:
+        if not r.ok or r.table is None:
+            continue
+        by_step = {int(row["step"]): row for row in r.table.to_dict("records")}
+        shipped = int(r.probe["shipped_step"])
+        arch = r.books.get("archive") or {}
+        for label, step in (("step 0", 0), ("shipped", shipped)):
+            row = by_step.get(step)
+            if row is None:
+                continue
+            out: dict[str, Any] = {"rung": r.item, "checkpoint": f"{label} ({step})" if label == "shipped" else label,
+                                   "holdout_score": _num(row.get("holdout_score")),
+                                   **{k: _num(row[k]) for k in BET_TABLE_COLUMNS if k in row}}
+            if label == "shipped":
+                out["archive_answers"] = _num(arch.get("answers"))
+                out["archive_effective_bets"] = _num(arch.get("effective_bets"))
+            rows.append(out)
+    return rows
+
+
 def selector_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
     """Per rung and checkpoint selector (`probe.select.SELECTORS`): the step it picks on train numbers and
     that checkpoint's holdout score, equal-weight book, families and effective bets, read after the fact to

@@ -20,8 +20,10 @@ from alphagym.errors import DataError
 from alphagym.params import Rl
 from alphagym.report import plots
 from alphagym.report.build import (
+    BET_TABLE_COLUMNS,
     ROLES,
     RungResult,
+    bet_rows,
     ladder_rows,
     load_rung,
     mark_noise,
@@ -40,6 +42,8 @@ LADDER_COLS = ("rung", "parent", "change", "status", "steps", "shipped_step", "t
 SEED_COLS = ("rung", "seeds", "mean", "sd", "min", "max", "families_mean", "families_sd",
              "holdout_effective_bets_mean", "holdout_effective_bets_sd", "planted_edges_expressed_mean",
              "planted_edges_expressed_sd", "compliance_mean", "compliance_sd")
+COUNT_COLUMNS = ("valid", "families", "families_positive", "capped_answers", "planted_edges_expressed",
+                 "decoy_trap_answers", "archive_answers")
 CKPT_COLS = ("step", "shipped", "train_cpcv", "valid", "families", "families_positive", "compliance",
              "compliant_share", "pass_at_k",
              "holdout_score", "holdout_valid", "holdout_book_return", "holdout_book_sharpe", "holdout_book_beta",
@@ -181,6 +185,17 @@ def _markdown(params: Any, results: list[RungResult], rows: list[dict[str, Any]]
     else:
         md += ["## Seeds", "", "Every rung ran one seed (`rl.seeds: 1`): rung differences cannot be told from "
                "noise. Run replicas with `--set rl.seeds=3` (or a rung's `seeds`).", ""]
+    bets = bet_rows(results)
+    if bets:
+        cols = ("rung", "checkpoint", "holdout_score", *(c for c in BET_TABLE_COLUMNS if any(c in b for b in bets)),
+                "archive_answers", "archive_effective_bets")
+        md += ["## Bets", "", "Each rung's SFT policy (step 0) and shipped checkpoint over the 50 greedy holdout "
+               "answers (docs/ladder.md defines the columns): formula families (canonical forms with windows "
+               "bucketed, merged where train P&L |corr| >= 0.95; `families_positive`: of answers with positive "
+               "train CPCV), mean pairwise |corr| and effective bets of the holdout P&L, the correlation-capped "
+               "book, brief compliance, pass@k of sampled answers, planted edges expressed and answers on decoys "
+               "or traps (simulator only), and the archive book chosen on train numbers from every formula the "
+               "rung wrote.", "", plots.table_md(bets, cols, {k: ".0f" for k in COUNT_COLUMNS}), ""]
     picks = selector_rows(results)
     if picks:
         md += ["## Checkpoint selectors", "", "Each selector picks a rung's checkpoint on train-window numbers "
