@@ -172,7 +172,7 @@ def _markdown(params: Any, results: list[RungResult], rows: list[dict[str, Any]]
           "`report` stage from the rungs' own outputs; holdout numbers come from the probe, after selection.", "",
           "## Ladder", "", "`vs_parent`: change of the shipped holdout score against the parent rung's shipped "
           "checkpoint (step 0 for a rung on the SFT policy).", "",
-          plots.table_md(rows, LADDER_COLS), ""]
+          plots.table_md(rows, LADDER_COLS, {k: ".0f" for k in COUNT_COLUMNS}), ""]
     diff_rows = [{"rung": r["rung"], "recipe_diff": r["recipe_diff"]} for r in rows]
     md += ["Recipe keys each rung changes against its parent:", "",
            plots.table_md(diff_rows, ("rung", "recipe_diff")), ""]
