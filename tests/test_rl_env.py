@@ -144,3 +144,19 @@ def test_a_rungs_reward_weights_replace_the_verifiers_priorities(sim_panels):
     assert env.priorities == {**plain.priorities, "compliance": 1.0, "crowding": 1.0}
     with pytest.raises(ConfigError, match="reward_weights.*complience"):
         load_params(ROOT / "params.yaml", ["rl.recipe.reward_weights={complience: 1.0}"])
+
+
+def test_a_cached_card_is_not_changed_by_what_is_done_to_the_card_handed_out(sim_panels):
+    """The cache hands out copies: changing a returned card's channels, metrics or P&L leaves the next hit
+    as it was."""
+    params = load_params(ROOT / "params.yaml", ["tracking.enabled=false"])
+    v = Verifier(sim_panels[0], params)
+    v.enable_cache(10)
+    first = v.score_one(ANSWERS[0], answer=True)
+    kept = (dict(first.channels), dict(first.metrics), first.pnl.copy())
+    first.channels["cpcv"] = 99.0
+    first.metrics["turnover"] = -1.0
+    first.pnl[:] = 0.0
+    again = v.score_one(ANSWERS[0], answer=True)
+    assert v.cache_hits == 1
+    assert again.channels == kept[0] and again.metrics == kept[1] and np.array_equal(again.pnl, kept[2])
