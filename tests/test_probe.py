@@ -72,7 +72,7 @@ def _build_ladder(tmp: Path, overrides: list[str], panels=None):
     profile `overrides` select: its panels (`panels`, else built from its source) and its ground truth
     (the simulator's effects, decoys and traps, or real data's note that there is none)."""
     params = load_params(ROOT / "params.yaml", [f"paths.results={tmp}/results", "tracking.enabled=false",
-                                                "briefs.holdout=6", "rl.recipe.max_new_tokens=64", *overrides])
+                                                "briefs.holdout=6", "rl.recipe.max_new_tokens=64", "rl.seeds=1", *overrides])
     table = stage_table(params)
     deps = table["probe@cispo_repo"].deps
     prices, sectors, truth = load_source(params)
@@ -348,3 +348,22 @@ def test_books_and_report_refuse_damaged_or_inconsistent_probe_outputs(ladder):
         with pytest.raises(DataError, match=r"not valid JSON.*books.json"):
             run_stage(params, "report")
         assert not Path(table["report"].outs["report"]).exists()
+
+
+def test_the_probe_run_carries_the_shipped_checkpoint_for_the_mlflow_comparison(ladder, tmp_path):
+    """MLflow's run comparison shows a metric's last step; the probe run logs the shipped checkpoint's row
+    as `shipped/*` metrics without a step, so the UI compares rungs on what they ship."""
+    import sqlite3
+
+    params, table = ladder
+    results = Path(table["probe@cispo_repo"].outs["table"]).parents[3]
+    tracked = load_params(ROOT / "params.yaml", [f"paths.results={results}", "tracking.enabled=true",
+                                                 f"tracking.uri={tmp_path}/mlflow.db", "briefs.holdout=6",
+                                                 "rl.recipe.max_new_tokens=64"])
+    run_stage(tracked, "probe@cispo_repo")
+    shipped = json.loads(Path(table["probe@cispo_repo"].outs["summary"]).read_text())["shipped"]
+    db = sqlite3.connect(tmp_path / "mlflow.db")
+    logged = dict(db.execute("SELECT key, value FROM latest_metrics WHERE key LIKE 'shipped/%'").fetchall())
+    assert logged["shipped/holdout_score"] == pytest.approx(shipped["holdout_score"])
+    assert logged["shipped/families"] == shipped["families"] and "shipped/holdout_effective_bets" in logged
+    assert logged["shipped/step"] == shipped["step"]

@@ -1,6 +1,8 @@
-"""Screenshot of the MLflow UI's run-comparison view of the ladder's rungs (for the README).
+"""Screenshot of the MLflow UI's run-comparison view of the ladder's rungs (for the README): their probe runs,
+whose `shipped/*` metrics are the shipped checkpoint's holdout score, families, effective bets, coverage and
+compliance, and whose params are the rung's recipe.
 
-Starts `mlflow server` on the project's store, finds the rungs' training runs through the REST API, opens the
+Starts `mlflow server` on the project's store, finds the rungs' probe runs through the REST API, opens the
 compare view in headless Chromium (Debian's `chromium`) and writes a PNG.
 
     .venv/bin/python tools/mlflow_compare_screenshot.py --store results/mlflow/mlflow.db \
@@ -61,7 +63,7 @@ def main() -> int:
             sys.exit("mlflow server did not answer in 90 s")
         exp_id = exp["experiment"]["experiment_id"]
         runs = _call(f"{base}/api/2.0/mlflow/runs/search",
-                     {"experiment_ids": [exp_id], "filter": "tags.`alphagym.stage` LIKE 'train@%' and "
+                     {"experiment_ids": [exp_id], "filter": "tags.`alphagym.stage` LIKE 'probe@%' and "
                       "attributes.status = 'FINISHED'", "max_results": 50})["runs"]
         def steps(r: dict) -> int:
             params = {p["key"]: p["value"] for p in r["data"].get("params", [])}

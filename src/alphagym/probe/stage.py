@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
@@ -82,6 +83,10 @@ def probe(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageR
                         step=int(r["step"]))
     ship = table.loc[table["shipped"]].iloc[0]
     step0 = table.loc[table["step"] == 0].iloc[0]
+    # the shipped checkpoint's row once more without a step, so that the MLflow UI's run comparison (which
+    # shows a metric's last step) compares the rungs on what they ship: holdout score, families, bets, coverage
+    run.log_metrics({f"shipped/{k}": float(v) for k, v in ship.items()
+                     if k not in ("shipped",) and isinstance(v, int | float | np.number) and np.isfinite(v)})
     summary = {"rung": rung_name, "item": item, "parent": rung["parent"], "change": rung["change"],
                "checkpoints": [int(s) for s in table["step"]], "shipped_step": shipped,
                "selector": selector, "shipped": _plain(ship), "step0": _plain(step0),
