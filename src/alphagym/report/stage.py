@@ -203,7 +203,7 @@ def _markdown(params: Any, results: list[RungResult], rows: list[dict[str, Any]]
                "to compare them.", "",
                plots.table_md(picks, ("rung", "selector", "ships", "step", "train_cpcv", "train_capped_sharpe",
                                       "holdout_score", "holdout_book_sharpe", "families",
-                                      "holdout_effective_bets")), ""]
+                                      "holdout_effective_bets"), {k: ".0f" for k in COUNT_COLUMNS}), ""]
     md += ["## Shipped", "", f"The ladder ships rung `{ship.item}` at step {ship.probe['shipped_step']}: the highest "
            "train CPCV of any rung's shipped checkpoint (no holdout number takes part).", "",
            f"Targets (on the rung with the best holdout score, `{best.item}`, read after the fact): holdout score "
