@@ -138,8 +138,7 @@ class PrefixChecker:
         if not formula.strip():
             return False
         try:
-            _Parser(formula, self.limits, prefix=True, unavailable=self.unavailable,
-                    tokens=self._tokens(formula), finished=self.finished).parse()
+            self._prefix_parse(formula)
             parse(formula, self.limits)
         except DslError:
             return False
@@ -174,6 +173,11 @@ class PrefixChecker:
         out += [c for c in _INDCLASS if c.startswith(name)][:1]
         return out
 
+    def _prefix_parse(self, formula: str) -> None:
+        """Parse in prefix mode (raises the DslError where the text breaks), reusing what was parsed before."""
+        _Parser(formula, self.limits, prefix=True, unavailable=self.unavailable, tokens=self._tokens(formula),
+                finished=self.finished).parse()
+
     def _tokens(self, formula: str) -> list[Token]:
         """`tokenize(formula)`, resumed after the formula's last whitespace from the tokens before it."""
         cut = max(formula.rfind(" "), formula.rfind("\t"), formula.rfind("\n"), formula.rfind("\r"))
@@ -190,8 +194,7 @@ class PrefixChecker:
 
     def _parses_to_end(self, formula: str) -> bool:
         try:
-            _Parser(formula, self.limits, prefix=True, unavailable=self.unavailable,
-                    tokens=self._tokens(formula), finished=self.finished).parse()
+            self._prefix_parse(formula)
         except DslError as exc:
             return exc.pos == len(formula)
         return True
