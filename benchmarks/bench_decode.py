@@ -34,7 +34,8 @@ def main() -> int:
     torch.set_num_threads(1)
     params = load_params(ROOT / "params.yaml")
     recipe = params.rl.recipe
-    policy = set_decoding(load_policy(ROOT / params.paths.results / "sft" / "tiny" / "policy"), params)
+    policy = set_decoding(load_policy(ROOT / params.paths.results / "sft" / "tiny" / "policy"), params.policy.decoding,
+                          params.dsl.limits)
     policy.max_new_tokens, policy.micro_batch = int(recipe.max_new_tokens), int(recipe.micro_batch)
     lines = (ROOT / params.paths.results / "filter" / "briefs.jsonl").read_text().splitlines()
     briefs = [json.loads(line)["text"] for line in lines]

@@ -41,11 +41,12 @@ def main() -> int:
     params = load_params(ROOT / "params.yaml")
     results = args.results or ROOT / params.paths.results
     recipe = params.rl.recipe
-    policy = set_decoding(load_policy(results / "sft" / "tiny" / "policy"), params)
+    policy = set_decoding(load_policy(results / "sft" / "tiny" / "policy"), params.policy.decoding,
+                          params.dsl.limits)
     policy.max_new_tokens, policy.micro_batch = int(recipe.max_new_tokens), int(recipe.micro_batch)
     briefs = [json.loads(line)["text"] for line in (results / "filter" / "briefs.jsonl").read_text().splitlines()]
     k, n = int(recipe.briefs_per_step), int(recipe.answers_per_brief)
-    limits = Limits.from_params(params["dsl"]["limits"])
+    limits = Limits.from_params(params.dsl.limits)
 
     picked = [0.0]
     pick = grammar.GrammarSampler.pick

@@ -25,6 +25,7 @@ configure_runtime()          # before numpy and torch load: the settings every a
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from alphagym.params import Adapter  # noqa: E402
 from alphagym.policy.backends import load_hf, load_smollm2, wrap_adapter  # noqa: E402
 from alphagym.policy.model import Policy  # noqa: E402
 
@@ -36,14 +37,14 @@ ANSWERS = ["<alpha>rank(ts_std(volume, 20) / ts_mean(volume, 20))</alpha>",
            "<alpha>-rank(ts_delta(log(close), 5))</alpha>",
            "<alpha>-ts_corr(rank(close), rank(volume), 21)</alpha>",
            "<alpha>rank((high - low) / close)</alpha>"] * 2
-ADAPTER = {"kind": "lora", "r": 32, "alpha": 64, "dropout": 0.0,
-           "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+ADAPTER = Adapter(r=32, alpha=64, dropout=0.0,
+                  target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
 
 
 def policy(folder: Path, nf4: bool) -> Policy:
-    model, tok = load_hf(folder, {"nf4": nf4})
+    model, tok = load_hf(folder, nf4)
     torch.manual_seed(0)
-    return Policy(wrap_adapter(model, ADAPTER), tok, "hf", max_new_tokens=40, micro_batch=8)
+    return Policy(wrap_adapter(model, ADAPTER, "lora"), tok, "hf", max_new_tokens=40, micro_batch=8)
 
 
 def rollout(pol: Policy) -> float:

@@ -80,7 +80,7 @@ def main() -> int:
         if "<alpha>" in a and a.count("<alpha>") == 1:
             parsed[i] = ast
     n = len(answers)
-    span = params["verifier"]["jepa_stress"]["sessions"]
+    span = params.verifier.jepa_stress.sessions
     span = "whole worlds" if verifier.stress_base is None else f"over the last {span} sessions"
     r3 = f"R3 on with {len(worlds)} worlds ({', '.join(worlds)}), {span}" if worlds else "R3 off"
     kept = "dropped before every call" if args.cold else "kept across formulas"

@@ -71,8 +71,8 @@ def main() -> int:
     prices, sectors, _ = load_source(params)
     train, _, _ = build_panel(prices, sectors, params)
     cat = load_catalogue()
-    briefs = generate(cat, params["briefs"], int(params["seed"]))[0]
-    env = VerifierEnv(Verifier(train, params), cat, float(params["briefs"]["horizon_tolerance"]))
+    briefs = generate(cat, params.briefs, int(params.seed))[0]
+    env = VerifierEnv(Verifier(train, params), cat, float(params.briefs.horizon_tolerance))
     setup_data = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -81,22 +81,20 @@ def main() -> int:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         del model
-        model, tok = load_hf(tmp, {"nf4": True})
-    hf = params["policy"]
-    adapter = {**dict(hf["adapter"]), "kind": "lora"}
-    policy = Policy(wrap_adapter(model, adapter), tok, "hf", recipe.max_new_tokens, micro_batch=recipe.micro_batch)
+        model, tok = load_hf(tmp, True)
+    policy = Policy(wrap_adapter(model, params.policy.adapter, "lora"), tok, "hf", recipe.max_new_tokens,
+                    micro_batch=recipe.micro_batch)
     load_s = time.perf_counter() - t0
     print(f"device {policy.device}; data {setup_data:.1f} s, model load (NF4 + LoRA) {load_s:.1f} s", flush=True)
 
-    sft_cfg = dict(params["sft"]["hf"])
-    n_pairs = sft_steps * int(sft_cfg["batch_size"])
+    n_pairs = sft_steps * params.sft.hf.batch_size
     pairs_b = [briefs[i % len(briefs)]["text"] for i in range(n_pairs)]
     pairs_a = [f"<alpha>{FORMULAS[i % len(FORMULAS)]}</alpha>" for i in range(n_pairs)]
-    sft_cfg.update(epochs=1, eval_share=1.0 / n_pairs, eval_every=10**6)
+    sft_cfg = params.sft.hf.model_copy(update={"epochs": 1, "eval_share": 1.0 / n_pairs, "eval_every": 10**6})
     t0 = time.perf_counter()
     train_sft(policy, pairs_b, pairs_a, sft_cfg, seed=0)
     sft_s = time.perf_counter() - t0
-    print(f"sft: {sft_steps} steps of {sft_cfg['batch_size']} pairs in {sft_s:.1f} s", flush=True)
+    print(f"sft: {sft_steps} steps of {sft_cfg.batch_size} pairs in {sft_s:.1f} s", flush=True)
 
     if policy.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()

@@ -12,8 +12,9 @@ from alphagym.briefs.compliance import BriefChecker, check, check_spec, max_wind
 from alphagym.briefs.generate import contradicts, families, generate, read_briefs, write_briefs
 from alphagym.dsl.parser import parse
 from alphagym.errors import BriefError
+from alphagym.params import Briefs
 
-CFG = {"train": 500, "holdout": 50, "holdout_family_share": 0.15}
+CFG = Briefs(train=500, holdout=50, holdout_family_share=0.15, horizon_tolerance=0.5)
 
 
 @pytest.fixture(scope="module")

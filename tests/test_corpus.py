@@ -8,6 +8,7 @@ from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.compliance import check
 from alphagym.briefs.generate import families, holdout_families
 from alphagym.dsl.parser import Limits, parse
+from alphagym.params import Corpus
 from alphagym.policy.corpus import assign_brief, build_corpus, candidates, mutate_alpha, sample_formula
 
 
@@ -60,7 +61,7 @@ def test_build_corpus_keeps_valid_pairs_only(sim_panels, root):
     v = Verifier(sim_panels[0].slice_days(0, 700), p)
     cat = load_catalogue()
     train = set(families(cat)) - set(holdout_families(cat, 0.15, 7))
-    df, counts = build_corpus(lambda f: v.score(f), cat, train, {"candidates": 120, "alpha101_share": 0.3}, 0.5,
+    df, counts = build_corpus(lambda f: v.score(f), cat, train, Corpus(candidates=120, alpha101_share=0.3), 0.5,
                               Limits(), (5, 21, 63, 126, 252), 7)
     assert counts["pairs"] == len(df) > 20
     assert counts["candidates"] == sum(counts[k] for k in ("parse_errors", "invalid", "no_brief", "pairs"))

@@ -10,15 +10,16 @@ from alphagym.data.build_panel import build_panel
 from alphagym.data.calendar import sessions
 from alphagym.data.csv_source import read_csv_folder, read_ticker_csv
 from alphagym.errors import DataError, SourceUnavailableError
+from cfg_helpers import updated
 
 DAYS = sessions("XNYS", "2021-01-04", "2021-03-31")
 
 
 def _params(params, validation=None):
-    d = dict(params["data"], start="2021-01-04", train_end="2021-02-26", holdout_start="2021-03-01",
-             end="2021-03-31", holdout_warmup_sessions=10, source="csv")
-    d["validation"] = dict(d["validation"], **(validation or {}))
-    return dict(params, data=d)
+    d = params.data.model_copy(update=dict(start="2021-01-04", train_end="2021-02-26", holdout_start="2021-03-01",
+                                           end="2021-03-31", holdout_warmup_sessions=10, source="csv"))
+    d = d.model_copy(update={"validation": d.validation.model_copy(update=validation or {})})
+    return params.model_copy(update={"data": d})
 
 
 def _write_plain(folder: Path, ticker: str, days=DAYS, seed=0, edit=None) -> Path:
@@ -66,8 +67,8 @@ def test_alphavantage_format_and_ticker_from_name(shared_data):
 @pytest.mark.parametrize("ticker, split_day, ratio", [("AAPL", "2014-06-09", 7), ("AAPL", "2020-08-31", 4),
                                                       ("TSLA", "2020-08-31", 5)])
 def test_splits_leave_no_jump(shared_data, params, ticker, split_day, ratio):
-    p = dict(params, data=dict(params["data"], source="csv", csv_dir=str(shared_data), start="2012-06-29",
-                               train_end="2020-04-21", holdout_start="2020-04-22", end="2021-04-21"))
+    p = updated(params, {"data.source": "csv", "data.csv_dir": str(shared_data), "data.start": "2012-06-29",
+                         "data.train_end": "2020-04-21", "data.holdout_start": "2020-04-22", "data.end": "2021-04-21"})
     prices, sectors = read_csv_folder(shared_data, universe=[ticker, "MSFT"])
     raw = prices[prices.ticker == ticker].set_index("date")
     i = raw.index.get_loc(pd.Timestamp(split_day))
@@ -163,9 +164,7 @@ def test_a_failed_stage_leaves_no_stale_outputs_downstream(tmp_path, params):
     from alphagym.pipeline import stage_table
     from alphagym.stages import run_stage
 
-    p = _params(params)
-    p["data"]["csv_dir"] = str(_folder(tmp_path))
-    p["data"]["universe"] = []
+    p = updated(_params(params), {"data.csv_dir": str(_folder(tmp_path)), "data.universe": []})
     run_stage(p, "download")
     run_stage(p, "panel")
     raw = stage_table(p)["download"].paths("outs")

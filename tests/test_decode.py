@@ -13,6 +13,7 @@ from alphagym.dsl.prefix import PrefixChecker
 from alphagym.policy import decode
 from alphagym.policy.decode import LlamaDecoder, gumbel_keys, sample
 from alphagym.policy.model import Policy, build_policy
+from cfg_helpers import policy_cfg
 
 BRIEFS = ["Design an alpha.", "Write a reversal alpha on volume with a short window."]
 
@@ -23,7 +24,7 @@ def _policy(max_new_tokens: int = 32):
                     "kv_heads": 2, "max_positions": 256, "adapter": "none"}}
     texts = ["<alpha>rank(ts_std(volume, 21) / ts_mean(volume, 21))</alpha>",
              "<alpha>rank(-ts_delta(close, 5))</alpha>"]
-    return build_policy("tiny", cfg, [*BRIEFS * 10, *texts * 20], seed=0)
+    return build_policy("tiny", policy_cfg(cfg), [*BRIEFS * 10, *texts * 20], seed=0)
 
 
 SHAPES = {  # the tiny policy's shape, and SmolLM2's ratios (3 query heads a key head, rope_theta 1e5), small

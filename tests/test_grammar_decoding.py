@@ -17,6 +17,7 @@ from alphagym.policy.corpus import candidates
 from alphagym.policy.decode import gumbel_keys
 from alphagym.policy.grammar import GrammarSampler, steered_share
 from alphagym.policy.model import build_policy
+from cfg_helpers import policy_cfg
 
 CHECK = PrefixChecker()
 
@@ -195,7 +196,7 @@ def _untrained_tiny(max_new_tokens: int):
                     "kv_heads": 2, "max_positions": 256, "adapter": "none"}}
     texts = ["<alpha>rank(ts_std(volume, 21) / ts_mean(volume, 21))</alpha>",
              "<alpha>rank(-ts_delta(close, 5))</alpha>"]
-    return build_policy("tiny", cfg, ["Design an alpha."] * 20 + texts * 20, seed=0)
+    return build_policy("tiny", policy_cfg(cfg), ["Design an alpha."] * 20 + texts * 20, seed=0)
 
 
 def test_untrained_policy_writes_only_viable_answers_under_the_grammar():

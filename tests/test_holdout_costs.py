@@ -25,7 +25,7 @@ def _costs(sigma: float, adv: float, cfg=CFG) -> HoldoutCosts:
 
 
 def test_square_root_impact_fees_and_borrow():
-    cfg = dict(CFG, capacity_adv_share=1.0)                # no capacity charge here
+    cfg = CFG.model_copy(update={"capacity_adv_share": 1.0})                # no capacity charge here
     c = _costs(0.02, 1e8, cfg)
     w = np.zeros((40, 2))
     w[10:, 0], w[10:, 1] = 0.5, -0.5                       # trade in on day 10, hold
@@ -40,16 +40,16 @@ def test_square_root_impact_fees_and_borrow():
 
 
 def test_impact_grows_with_the_square_root_of_size():
-    cfg = dict(CFG, fee_bps=0.0, half_spread_bps=0.0, borrow_bps_annual=0.0, capacity_adv_share=1.0)
+    cfg = CFG.model_copy(update=dict(fee_bps=0.0, half_spread_bps=0.0, borrow_bps_annual=0.0, capacity_adv_share=1.0))
     w = np.zeros((40, 2))
     w[10:, 0] = 1.0
-    small = _costs(0.02, 1e8, dict(cfg, book_usd=1e6)).cost(w)[10]
-    big = _costs(0.02, 1e8, dict(cfg, book_usd=4e6)).cost(w)[10]
+    small = _costs(0.02, 1e8, cfg.model_copy(update={"book_usd": 1e6})).cost(w)[10]
+    big = _costs(0.02, 1e8, cfg.model_copy(update={"book_usd": 4e6})).cost(w)[10]
     assert big / small == pytest.approx(2.0, rel=1e-12)    # 4x the dollars: 2x the cost per dollar
 
 
 def test_capacity_charge_above_a_share_of_adv():
-    cfg = dict(CFG, fee_bps=0.0, half_spread_bps=0.0, impact_y=0.0, borrow_bps_annual=0.0)
+    cfg = CFG.model_copy(update=dict(fee_bps=0.0, half_spread_bps=0.0, impact_y=0.0, borrow_bps_annual=0.0))
     w = np.zeros((40, 2))
     w[10:, 0] = 0.5
     roomy = _costs(0.02, 1e9, cfg).cost(w)                 # 5% of 1e9 = 5e7 > 5e5 position

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from alphagym.tracking import stage_run
+from cfg_helpers import updated
 
 BIN = Path(sys.executable).parent
 
@@ -38,7 +39,7 @@ def _get(url: str) -> dict:
 
 @pytest.mark.slow
 def test_mlflow_server_serves_the_rung_comparison(params, tmp_path):
-    p = dict(params, tracking=dict(params["tracking"], enabled=True))
+    p = updated(params, {"tracking.enabled": True})
     for rung, parent, change, slope in (("dapo_all", "sft", "DAPO, LoRA, all briefs", 0.1),
                                         ("cispo_all", "dapo_all", "loss DAPO -> CISPO", 0.3)):
         with stage_run(f"train@{rung}", p) as run:

@@ -17,6 +17,7 @@ import yaml
 from alphagym.config import load_params
 from alphagym.pipeline import HOLDOUT_READERS, dvc_yaml, stage_table
 from alphagym.tracking import git_commit, stage_run, with_lock_retry
+from cfg_helpers import updated
 
 BIN = Path(sys.executable).parent
 
@@ -258,7 +259,7 @@ def test_lock_retry_retries_only_locks():
 
 
 def test_stage_run_logs_params_metrics_tags(params, tmp_path):
-    p = dict(params, tracking=dict(params["tracking"], enabled=True))
+    p = updated(params, {"tracking.enabled": True})
     with stage_run("panel", p) as run:
         run.log_metrics({"rows": 12.0})
     with pytest.raises(RuntimeError), stage_run("download", p):

@@ -13,10 +13,12 @@ import torch
 from alphagym.artifacts import write_manifest
 from alphagym.dsl.prefix import PrefixChecker
 from alphagym.errors import PolicyError
+from alphagym.params import Adapter, SftRun, TinyPolicy
 from alphagym.policy.backends import disable_dropout, load_hf, tiny_model, wrap_adapter
 from alphagym.policy.model import Policy, build_policy, load_policy
 from alphagym.policy.sft import sft_loss, train_sft
 from alphagym.policy.tokenizer import train_tokenizer
+from cfg_helpers import partial, policy_cfg
 
 TINY = {"vocab_size": 400, "hidden_size": 32, "intermediate_size": 64, "layers": 2, "heads": 4, "kv_heads": 2,
         "max_positions": 256, "adapter": "none"}
@@ -28,7 +30,7 @@ ANSWERS = ["<alpha>rank(ts_std(volume, 21) / ts_mean(volume, 21))</alpha>", "<al
 def _policy(adapter: str = "none") -> Policy:
     cfg = {"threads": 1, "max_new_tokens": 24, "micro_batch": 4, "adapter": ADAPTER,
            "tiny": {**TINY, "adapter": adapter}}
-    return build_policy("tiny", cfg, BRIEFS * 20 + ANSWERS * 20, seed=0)
+    return build_policy("tiny", policy_cfg(cfg), BRIEFS * 20 + ANSWERS * 20, seed=0)
 
 
 def test_tiny_sampling_is_seeded_and_logprobs_match_their_answers():
@@ -157,7 +159,7 @@ def test_disable_dropout_makes_two_train_mode_passes_agree():
     importance ratio then measures besides the policy's change); `disable_dropout` removes that."""
     cfg = {"threads": 1, "max_new_tokens": 24, "micro_batch": 4, "adapter": {**ADAPTER, "dropout": 0.3},
            "tiny": {**TINY, "adapter": "lora"}}
-    pol = build_policy("tiny", cfg, BRIEFS * 20 + ANSWERS * 20, seed=0)
+    pol = build_policy("tiny", policy_cfg(cfg), BRIEFS * 20 + ANSWERS * 20, seed=0)
     with torch.no_grad():
         for name, p in pol.model.named_parameters():
             if "lora_B" in name:
@@ -190,7 +192,7 @@ def test_bad_input_gets_clear_errors(tmp_path):
     # an adapter saved on one tiny base and pointed at another
     lora = _policy("lora")
     lora.save(tmp_path / "a")
-    other = tiny_model({**TINY, "hidden_size": 64}, lora.tokenizer, 0)
+    other = tiny_model(TinyPolicy(**{**TINY, "hidden_size": 64}), lora.tokenizer, 0)
     other.save_pretrained(tmp_path / "a" / "base")
     with pytest.raises(PolicyError, match="differs from its manifest"):     # changed after it was saved
         load_policy(tmp_path / "a")
@@ -198,23 +200,23 @@ def test_bad_input_gets_clear_errors(tmp_path):
     with pytest.raises(PolicyError, match="another base model"):
         load_policy(tmp_path / "a")
     with pytest.raises(PolicyError, match="unknown policy backend"):
-        build_policy("gpt5", {"threads": 1}, [], 0)
+        build_policy("gpt5", policy_cfg({"threads": 1}), [], 0)
 
 
 def test_generic_hf_path_on_a_model_the_test_builds(tmp_path):
     tok = train_tokenizer(BRIEFS * 10 + ANSWERS * 10, 300)
-    model = tiny_model(TINY, tok, 0)
+    model = tiny_model(TinyPolicy(**TINY), tok, 0)
     model.save_pretrained(tmp_path / "hf")
     tok.save_pretrained(tmp_path / "hf")
-    m, t = load_hf(tmp_path / "hf", {"nf4": False})
-    pol = Policy(wrap_adapter(m, {**ADAPTER, "kind": "lora"}), t, "hf", 16)
+    m, t = load_hf(tmp_path / "hf", False)
+    pol = Policy(wrap_adapter(m, Adapter(**ADAPTER), "lora"), t, "hf", 16)
     assert len(pol.generate(BRIEFS[:1], n=2, temperature=1.0, seed=0)[0]) == 2
     pol.save(tmp_path / "saved", {"base_model": str(tmp_path / "hf")})
-    again = load_policy(tmp_path / "saved", {"hf": {"nf4": False}})
+    again = load_policy(tmp_path / "saved", nf4=False)
     for a, b in zip(again.logprobs(BRIEFS, ANSWERS), pol.logprobs(BRIEFS, ANSWERS)):
         torch.testing.assert_close(a, b)
     with pytest.raises(PolicyError, match="not a Hugging Face model folder"):
-        load_hf(tmp_path, {"nf4": False})
+        load_hf(tmp_path, False)
 
 
 def _lora_grads(pol: Policy) -> dict[str, torch.Tensor]:
@@ -231,14 +233,15 @@ def test_nf4_lora_on_cpu_trains_through_the_4bit_layers(tmp_path):
     backward, after which LoRA gradients through those layers are silently lost."""
     bnb = pytest.importorskip("bitsandbytes", reason="bitsandbytes is not installed (make setup installs it)")
     tok = train_tokenizer(BRIEFS * 10 + ANSWERS * 10, 300)
-    model = tiny_model({**TINY, "hidden_size": 128, "intermediate_size": 256}, tok, 0)
+    model = tiny_model(TinyPolicy(**{**TINY, "hidden_size": 128, "intermediate_size": 256}), tok, 0)
     model.save_pretrained(tmp_path / "hf")
     tok.save_pretrained(tmp_path / "hf")
-    m, t = load_hf(tmp_path / "hf", {"nf4": True})
+    m, t = load_hf(tmp_path / "hf", True)
     quantised = [x for x in m.modules() if isinstance(x, bnb.nn.Linear4bit)]
     assert len(quantised) == 7 * TINY["layers"]
-    pol = Policy(wrap_adapter(m, {**ADAPTER, "kind": "lora"}), t, "hf", 16)
-    full = Policy(tiny_model({**TINY, "hidden_size": 128, "intermediate_size": 256}, tok, 0), t, "tiny", 16)
+    pol = Policy(wrap_adapter(m, Adapter(**ADAPTER), "lora"), t, "hf", 16)
+    wide = TinyPolicy(**{**TINY, "hidden_size": 128, "intermediate_size": 256})
+    full = Policy(tiny_model(wide, tok, 0), t, "tiny", 16)
     # NF4 keeps the model: per-token log-probs close to the float model's (4-bit weights, BF16 compute)
     diff = torch.cat(pol.logprobs(BRIEFS, ANSWERS)) - torch.cat(full.logprobs(BRIEFS, ANSWERS))
     assert float(diff.abs().mean()) < 0.1, float(diff.abs().mean())
@@ -250,7 +253,7 @@ def test_nf4_lora_on_cpu_trains_through_the_4bit_layers(tmp_path):
     for name, g in before.items():
         torch.testing.assert_close(after[name], g, msg=name)
     pol.save(tmp_path / "saved", {"base_model": str(tmp_path / "hf")})
-    again = load_policy(tmp_path / "saved", {"hf": {"nf4": True}})
+    again = load_policy(tmp_path / "saved", nf4=True)
     for a, b in zip(again.logprobs(BRIEFS, ANSWERS), pol.logprobs(BRIEFS, ANSWERS)):
         torch.testing.assert_close(a, b)
 
@@ -262,7 +265,7 @@ def test_sft_learns_the_pairs():
     cfg = {"epochs": 40, "batch_size": 8, "lr": 1e-2, "weight_decay": 0.0, "warmup_share": 0.05,
            "max_grad_norm": 1.0, "eval_every": 10, "eval_share": 0.1, "max_pairs": 0,
            "max_formula_chars": 0}
-    curve = train_sft(pol, briefs, answers, cfg, seed=0)
+    curve = train_sft(pol, briefs, answers, partial(SftRun, cfg), seed=0)
     assert curve[-1]["loss"] < 0.3 * before, (before, curve[-1])
     assert any("eval_loss" in r for r in curve)
     # greedy answers now reproduce the trained formula for its brief
@@ -302,7 +305,7 @@ def test_verified_answers_keep_one_valid_answer_per_form():
 def test_smollm2_loads_generates_and_wraps_lora(tmp_path):
     cfg = {"threads": 2, "max_new_tokens": 12, "micro_batch": 4, "adapter": {**ADAPTER, "r": 8},
            "smollm2": {"adapter": "lora"}}
-    pol = build_policy("smollm2", cfg, [], seed=0)
+    pol = build_policy("smollm2", policy_cfg(cfg), [], seed=0)
     base = pol.model.get_base_model()
     assert 130e6 < sum(p.numel() for n, p in base.named_parameters() if "lora" not in n) < 140e6
     assert pol.tokenizer.chat_template

@@ -22,6 +22,7 @@ from alphagym.config import load_params
 from alphagym.data.build_panel import build_panel
 from alphagym.data.sources import load_source
 from alphagym.errors import ConfigError, DataError, PolicyError
+from alphagym.params import Policy, SftRun
 from alphagym.pipeline import stage_table
 from alphagym.policy.backends import wrap_adapter
 from alphagym.policy.model import build_policy
@@ -30,6 +31,7 @@ from alphagym.probe.select import select_checkpoint
 from alphagym.rl.checkpoints import list_checkpoints
 from alphagym.rl.env import WRITTEN
 from alphagym.stages import run_stage
+from cfg_helpers import partial
 
 ROOT = Path(__file__).resolve().parents[1]
 WRITTEN_POOL = {   # formula -> train numbers as scored when written (the archive book's pool)
@@ -72,7 +74,8 @@ def _build_ladder(tmp: Path, overrides: list[str], panels=None):
     profile `overrides` select: its panels (`panels`, else built from its source) and its ground truth
     (the simulator's effects, decoys and traps, or real data's note that there is none)."""
     params = load_params(ROOT / "params.yaml", [f"paths.results={tmp}/results", "tracking.enabled=false",
-                                                "briefs.holdout=6", "rl.recipe.max_new_tokens=64", "rl.seeds=1", *overrides])
+                                                "briefs.holdout=6", "rl.recipe.max_new_tokens=64", "rl.seeds=1",
+                                                *overrides])
     table = stage_table(params)
     deps = table["probe@cispo_repo"].deps
     prices, sectors, truth = load_source(params)
@@ -83,20 +86,20 @@ def _build_ladder(tmp: Path, overrides: list[str], panels=None):
     Path(deps["truth"]).parent.mkdir(parents=True, exist_ok=True)
     Path(deps["truth"]).write_text(json.dumps(truth, default=float))
     cat = load_catalogue()
-    _, held, _ = generate(cat, params.briefs.model_dump(), 7)
+    _, held, _ = generate(cat, params.briefs, 7)
     Path(deps["briefs_holdout"]).parent.mkdir(parents=True, exist_ok=True)
     write_briefs(Path(deps["briefs_holdout"]), held)
     cfg = {**params.policy.model_dump(), "threads": 1,
            "tiny": {"vocab_size": 400, "hidden_size": 32, "intermediate_size": 64, "layers": 2, "heads": 4,
                     "kv_heads": 2, "max_positions": 256, "adapter": "none"}}
     texts = [b["text"] for b in held]
-    pol = build_policy("tiny", cfg, texts + FORMULAS, seed=0)
+    pol = build_policy("tiny", Policy.model_validate(cfg), texts + FORMULAS, seed=0)
     train_sft(pol, texts * 6, (FORMULAS * len(texts) * 2)[: len(texts) * 6],
-              {"eval_share": 0.05, "batch_size": 16, "epochs": 30, "lr": 1e-2, "weight_decay": 0.0,
-               "warmup_share": 0.05, "max_grad_norm": 1.0, "eval_every": 1000}, 0)
+              partial(SftRun, {"eval_share": 0.05, "batch_size": 16, "epochs": 30, "lr": 1e-2, "weight_decay": 0.0,
+                               "warmup_share": 0.05, "max_grad_norm": 1.0, "eval_every": 1000}), 0)
     pol.save(deps["policy"])
     torch.manual_seed(0)
-    pol.model = wrap_adapter(pol.model, {**cfg["adapter"], "kind": "lora"})
+    pol.model = wrap_adapter(pol.model, params.policy.adapter, "lora")
     for step in (2, 4):
         with torch.no_grad():
             for name, p in pol.model.named_parameters():
@@ -309,7 +312,7 @@ def test_a_damaged_shipped_adapter_is_a_policy_error_naming_it(ladder, tmp_path)
     weights = ckpt / "adapter_model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
     with pytest.raises(PolicyError, match=r"checkpoint-000002 cannot be used.*adapter_model.safetensors"):
-        at_checkpoint(sft_base(Path(deps["policy"]), params), ckpt)
+        at_checkpoint(sft_base(Path(deps["policy"]), params.policy, params.dsl.limits), ckpt)
 
 
 @contextmanager

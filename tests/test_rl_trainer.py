@@ -16,12 +16,13 @@ import torch
 from alphagym.artifacts import write_manifest
 from alphagym.config import load_params
 from alphagym.errors import ArtifactError, ConfigError, PolicyError, ResumeError
-from alphagym.params import RlRecipe
+from alphagym.params import Adapter, RlRecipe, SftRun
 from alphagym.policy.backends import wrap_adapter
 from alphagym.policy.model import Policy, build_policy
 from alphagym.policy.sft import train_sft
 from alphagym.rl.env import Scored
 from alphagym.rl.trainer import Trainer, latest_checkpoint
+from cfg_helpers import partial, policy_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"vocab_size": 400, "hidden_size": 32, "intermediate_size": 64, "layers": 2, "heads": 4, "kv_heads": 2,
@@ -63,12 +64,12 @@ def _sft_policy(seed: int = 0) -> Policy:
     answers = VOLUME + PRICE * 2                       # one answer in five uses volume
     pairs_b = [b["text"] for b in BRIEFS for _ in answers]
     pairs_a = answers * len(BRIEFS)
-    pol = build_policy("tiny", cfg, pairs_b + pairs_a, seed=seed)
-    train_sft(pol, pairs_b * 4, pairs_a * 4, {"eval_share": 0.05, "batch_size": 32, "epochs": 25, "lr": 1e-2,
-                                             "weight_decay": 0.0, "warmup_share": 0.05, "max_grad_norm": 1.0,
-                                             "eval_every": 1000}, seed)
+    pol = build_policy("tiny", policy_cfg(cfg), pairs_b + pairs_a, seed=seed)
+    train_sft(pol, pairs_b * 4, pairs_a * 4, partial(SftRun, {
+        "eval_share": 0.05, "batch_size": 32, "epochs": 25, "lr": 1e-2, "weight_decay": 0.0, "warmup_share": 0.05,
+        "max_grad_norm": 1.0, "eval_every": 1000}), seed)
     torch.manual_seed(seed)
-    pol.model = wrap_adapter(pol.model, {**ADAPTER, "kind": "lora"})
+    pol.model = wrap_adapter(pol.model, Adapter(**ADAPTER), "lora")
     return pol
 
 
@@ -170,12 +171,12 @@ def test_nf4_policy_trains_checkpoints_and_probes_on_cpu(sft_state, tmp_path):
     sft_state.tokenizer.save_pretrained(tmp_path / "hf")
 
     def base() -> Policy:
-        model, tok = load_hf(tmp_path / "hf", {"nf4": True})
+        model, tok = load_hf(tmp_path / "hf", True)
         return Policy(model.eval(), tok, "hf", 24, micro_batch=32, base_model=str(tmp_path / "hf"))
 
     pol = base()
     torch.manual_seed(0)
-    pol.model = wrap_adapter(pol.model, {**ADAPTER, "kind": "lora"})
+    pol.model = wrap_adapter(pol.model, Adapter(**ADAPTER), "lora")
     before = {k: v.clone() for k, v in pol.model.state_dict().items() if "lora_A" in k}
     tr = Trainer(pol, VolumeEnv(), BRIEFS, _recipe(steps=2, checkpoint_every=1), seed=0, work=tmp_path / "w")
     hist = tr.train()
@@ -188,12 +189,12 @@ def test_nf4_policy_trains_checkpoints_and_probes_on_cpu(sft_state, tmp_path):
                     pol.logprobs([b["text"] for b in BRIEFS], VOLUME * 2)):
         torch.testing.assert_close(a, b)
     with pytest.raises(PolicyError, match="an RL checkpoint"):
-        load_policy(ckpt, {"hf": {"nf4": True}})
+        load_policy(ckpt, nf4=True)
 
 
 def test_a_policy_without_adapter_is_refused():
     cfg = {"threads": 1, "max_new_tokens": 24, "micro_batch": 8, "adapter": ADAPTER, "tiny": TINY}
-    pol = build_policy("tiny", cfg, [b["text"] for b in BRIEFS] + VOLUME, seed=0)
+    pol = build_policy("tiny", policy_cfg(cfg), [b["text"] for b in BRIEFS] + VOLUME, seed=0)
     with pytest.raises(PolicyError, match="trains an adapter"):
         Trainer(pol, VolumeEnv(), BRIEFS, _recipe(), seed=0)
 

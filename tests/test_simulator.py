@@ -9,6 +9,7 @@ from alphagym.config import load_params
 from alphagym.data.build_panel import build_panel
 from alphagym.data.simulator import EFFECTS, simulate_market
 from alphagym.data.sources import load_source, write_raw
+from cfg_helpers import updated
 
 
 def _digest(path):
@@ -16,10 +17,10 @@ def _digest(path):
 
 
 def test_same_seed_same_bytes_other_seed_other_market(params, tmp_path):
-    p = dict(params, data=dict(params["data"], start="2024-01-02"))
+    p = updated(params, {"data.start": "2024-01-02"})
     digests = []
     for seed, sub in ((7, "a"), (7, "b"), (8, "c")):
-        q = dict(p, seed=seed, paths={"results": str(tmp_path / sub)})
+        q = updated(p, {"seed": seed, "paths.results": str(tmp_path / sub)})
         prices, sectors, truth = load_source(q)
         train, holdout, _ = build_panel(prices, sectors, q)
         train.write_parquet(tmp_path / sub / "train.parquet")
@@ -70,9 +71,10 @@ def test_volume_rises_with_absolute_returns(sim_panels):
 
 def test_crisis_raises_correlation_and_lowers_dimension(root):
     p = load_params(root / "params.yaml")
-    sim = dict(p["simulator"])
-    calm = dict(sim, calibrated=dict(sim["calibrated"], crisis_enter_prob=0.0))
-    always = dict(sim, calibrated=dict(sim["calibrated"], crisis_enter_prob=1.0, crisis_exit_prob=0.0))
+    sim = p.simulator
+    calm = sim.model_copy(update={"calibrated": sim.calibrated.model_copy(update={"crisis_enter_prob": 0.0})})
+    always = sim.model_copy(update={"calibrated": sim.calibrated.model_copy(
+        update={"crisis_enter_prob": 1.0, "crisis_exit_prob": 0.0})})
     stats = []
     for cfg in (calm, always):
         m = simulate_market(cfg, calendar="XNYS", start="2019-01-02", end="2020-12-31", seed=3)
@@ -124,7 +126,7 @@ def test_price_level_trap_has_no_ic(sim_panels):
 
 
 def test_ground_truth_documents_effects(params):
-    _, _, truth = load_source(dict(params, data=dict(params["data"], start="2024-01-02")))
+    _, _, truth = load_source(updated(params, {"data.start": "2024-01-02"}))
     assert set(truth["effects"]) == set(params["simulator"]["effects"]["planted"]) | {"high_beta_trap",
                                                                                        "price_level_trap"}
     assert len(truth["beta"]) == 46
@@ -142,7 +144,7 @@ def test_universe_size_scales_the_sector_mix(root):
     assert len(big) == 500 and set(big) == set(counts)
     for k, v in counts.items():           # each sector within one name of its exact share
         assert abs(big.count(k) - v * 500 / sum(counts.values())) < 1.0
-    sim = dict(load_params(root / "params.yaml", ["simulator.stocks=120"])["simulator"])
+    sim = load_params(root / "params.yaml", ["simulator.stocks=120"]).simulator
     m = simulate_market(sim, calendar="XNYS", start="2024-01-02", end="2024-03-28", seed=1)
     assert len(m.sectors) == 120 and list(m.sectors)[:2] == ["S000", "S001"]
     assert m.prices["ticker"].nunique() == 120

@@ -12,6 +12,12 @@ from alphagym.config import load_params
 from alphagym.data.simulator import EFFECTS, MECHANISMS, simulate_market
 from alphagym.dsl.evaluate import Evaluator
 from alphagym.dsl.parser import parse
+from alphagym.params import Simulator
+
+
+def _market(sim: dict, **kw):
+    """The simulator on a params block edited as a dict (validated, as params.yaml would be)."""
+    return simulate_market(Simulator.model_validate(sim), **kw)
 
 
 def _arrays(panel) -> dict[str, np.ndarray]:
@@ -48,7 +54,7 @@ def test_ground_truth_lists_every_effect_and_an_unknown_effect_is_refused(root):
     sim["effects"]["planted"]["price_volume_divergence"] = {"kind": "decoy", "strength": 0.1, "calm_mult": 0.0,
                                                              "crisis_mult": 1.0, "half_life_years": 40.0}
     d = p["data"]
-    truth = simulate_market(sim, calendar=d["calendar"], start="2019-01-01", end="2020-12-31", seed=3).ground_truth
+    truth = _market(sim, calendar=d["calendar"], start="2019-01-01", end="2020-12-31", seed=3).ground_truth
     effects = truth["effects"]
     assert {k for k, v in effects.items() if v["kind"] == "trap"} == {"high_beta_trap", "price_level_trap"}
     pvd = effects["price_volume_divergence"]
@@ -58,11 +64,11 @@ def test_ground_truth_lists_every_effect_and_an_unknown_effect_is_refused(root):
     assert set(truth["mechanisms_without_effect"]) == set(MECHANISMS) - planted
     sim["effects"]["planted"]["momentum"] = dict(sim["effects"]["planted"]["lagged_reversal"])
     with pytest.raises(ValueError, match="momentum"):
-        simulate_market(sim, calendar=d["calendar"], start="2019-01-01", end="2019-06-30", seed=3)
+        _market(sim, calendar=d["calendar"], start="2019-01-01", end="2019-06-30", seed=3)
     del sim["effects"]["planted"]["momentum"]
     sim["effects"]["planted"]["reversal"] = dict(sim["effects"]["planted"]["lagged_reversal"])
     with pytest.raises(ValueError, match="one mechanism"):
-        simulate_market(sim, calendar=d["calendar"], start="2019-01-01", end="2019-06-30", seed=3)
+        _market(sim, calendar=d["calendar"], start="2019-01-01", end="2019-06-30", seed=3)
 
 
 DECOY_MARKET = {   # one steady edge and the two decoys (strengths: their mean slice Sharpe near the edge's)
@@ -89,7 +95,7 @@ def test_cpcv_ranks_each_decoy_below_a_steady_edge_of_the_same_mean(root, seed):
     sim = p["simulator"].model_dump()
     sim["effects"]["planted"] = DECOY_MARKET
     d = p["data"]
-    m = simulate_market(sim, calendar=d["calendar"], start=d["start"], end=d["end"], seed=seed)
+    m = _market(sim, calendar=d["calendar"], start=d["start"], end=d["end"], seed=seed)
     train, holdout, _ = build_panel(m.prices, m.sectors, p)
     v, h = Verifier(train, p), Verifier(holdout, p, window="holdout")
     cards = {k: v.score(EFFECTS[k].formula) for k in DECOY_MARKET}

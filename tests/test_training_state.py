@@ -25,6 +25,7 @@ from alphagym.artifacts import read_json, read_jsonl, read_parquet, write_parque
 from alphagym.briefs.generate import read_briefs
 from alphagym.errors import AlphagymError, ArtifactError, DataError, ResumeError, StageBusyError
 from alphagym.panel import Panel
+from alphagym.params import Crowding
 from alphagym.pipeline import Stage
 from alphagym.report.build import read_training_log
 from alphagym.rl.env import VerifierEnv
@@ -43,7 +44,8 @@ class ArchiveEnv(VerifierEnv):
     record of written formulas and R13's recent families, saved and loaded by `VerifierEnv.save` / `.load`."""
 
     def __init__(self) -> None:
-        self.verifier = SimpleNamespace(archive=NoveltyArchive(12, 64), cfg={"crowding": {"weight": 1.0}})
+        self.verifier = SimpleNamespace(archive=NoveltyArchive(12, 64),
+                                        cfg=SimpleNamespace(crowding=Crowding(weight=1.0, window=3)))
         self.priorities = VolumeEnv.priorities
         self._inner = VolumeEnv()
         self.written = {}

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from alphagym import params as P
 from alphagym.dsl.parser import parse
 from alphagym.engine.costs import train_cost_bps
 from alphagym.engine.cpcv import cpcv_statistic, make_slices, masked_sharpes
@@ -11,16 +12,17 @@ from alphagym.verifier import channels as ch
 # The worked examples' own config (the values the examples were written for, which are also params.yaml's
 # defaults): retuning params.yaml does not break a test of a pure function.
 V = {
-    "costs": {"train": {"fee_bps": 2.0, "slippage_bps": 1.0, "half_spread_bps": 0.5, "impact_bps": 0.5}},
-    "factor_neutrality": {"scale": 0.4, "clip": 3.0},
-    "turnover": {"cap": 0.5, "slope": 2.0},
-    "min_turnover": {"free": 0.06, "ramp_to": 0.03, "invalid_below": 0.02},
-    "ic": {"scale": 20.0, "weight": 0.2, "cap_when_cpcv_nonpositive": 0.05},
-    "novelty_pnl": {"weight": 0.4, "duplicate_corr": 0.95, "duplicate_penalty": -0.4},
-    "novelty_syntax": {"weight": 0.2, "same_group_penalty": -0.3, "same_book_corr": 0.95},
-    "complexity": {"free_nodes": 24, "per_node": -0.02},
-    "format": {"reasoning_bonus": 0.05},
-    "pbo": {"floor": -0.48},
+    "costs": {"train": P.TrainCosts(fee_bps=2.0, slippage_bps=1.0, half_spread_bps=0.5, impact_bps=0.5)},
+    "factor_neutrality": P.FactorNeutrality(scale=0.4, clip=3.0, momentum_skip=21, momentum_lookback=252,
+                                            reversal_days=5, lowvol_days=63, size_adv_days=20),
+    "turnover": P.Turnover(cap=0.5, slope=2.0),
+    "min_turnover": P.MinTurnover(free=0.06, ramp_to=0.03, invalid_below=0.02),
+    "ic": P.Ic(scale=20.0, weight=0.2, cap_when_cpcv_nonpositive=0.05),
+    "novelty_pnl": P.NoveltyPnl(weight=0.4, duplicate_corr=0.95, duplicate_penalty=-0.4, capacity=1024),
+    "novelty_syntax": P.NoveltySyntax(weight=0.2, same_group_penalty=-0.3, same_book_corr=0.95),
+    "complexity": P.Complexity(free_nodes=24, per_node=-0.02),
+    "format": P.Format(reasoning_bonus=0.05),
+    "pbo": P.Pbo(floor=-0.48),
 }
 
 
@@ -207,7 +209,7 @@ def test_crowding_worked_example_where_one_family_dominates():
     """R13 on a hand-made step of three briefs, family A everywhere: an answer pays its family's share among
     the other briefs' valid answers and the recent steps', so a group of A's and one B still varies, and a
     group of four A's (which GDPO would see as flat on any per-group diversity) is charged for A's crowding."""
-    cfg = {"weight": 1.0}
+    cfg = P.Crowding(weight=1.0, window=20)
     fams = [["A", "A", "B", None], ["A", "A", "A", "A"], ["A", "C", "C", "A"]]
     recent = {"A": 6, "B": 1, "D": 1}
     out = ch.crowding(fams, recent, cfg)
@@ -219,4 +221,4 @@ def test_crowding_worked_example_where_one_family_dominates():
     assert out[2] == pytest.approx([-(6 + 6) / 15, 0.0, 0.0, -(6 + 6) / 15])
     assert len(set(out[0][:3])) == 2                      # varies within a group whose families differ
     assert ch.crowding([["A"]], {}, cfg) == [[0.0]]        # nothing to compare with: 0
-    assert ch.crowding(fams, recent, {"weight": 0.5})[1][0] == pytest.approx(-0.5 * 10 / 15)
+    assert ch.crowding(fams, recent, P.Crowding(weight=0.5, window=20))[1][0] == pytest.approx(-0.5 * 10 / 15)

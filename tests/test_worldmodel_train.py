@@ -2,11 +2,13 @@
 
 import numpy as np
 
+from alphagym import params as P
 from alphagym.worldmodel.train import _split, build_windows, train_world_model
 
-CFG = {"window": 16, "stride": 8, "mask_share": 0.25, "mask_span": 4, "d_model": 16, "heads": 2, "time_layers": 1,
-       "stock_layers": 1, "ema": 0.9, "geometry_weight": 0.1, "decoder_weight": 1.0, "batch_size": 8, "lr": 3e-3,
-       "weight_decay": 0.0, "max_epochs": 4, "patience": 10, "val_share": 0.2, "threads": 1}
+CFG = P.WorldModel.model_construct(   # the fields training reads, small
+    window=16, stride=8, mask_share=0.25, mask_span=4, d_model=16, heads=2, time_layers=1, stock_layers=1, ema=0.9,
+    geometry_weight=0.1, decoder_weight=1.0, batch_size=8, lr=3e-3, weight_decay=0.0, max_epochs=4, patience=10,
+    val_share=0.2, threads=1)
 
 
 def test_validation_windows_come_after_training_windows(sim_panels):

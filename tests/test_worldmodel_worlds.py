@@ -5,6 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from alphagym import params as P
 from alphagym.worldmodel.stage import direction_gate, prediction_gate
 from alphagym.worldmodel.train import train_world_model
 from alphagym.worldmodel.worlds import (
@@ -19,9 +20,10 @@ from alphagym.worldmodel.worlds import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-CFG = {"window": 16, "stride": 8, "mask_share": 0.25, "mask_span": 4, "d_model": 16, "heads": 2, "time_layers": 1,
-       "stock_layers": 1, "ema": 0.9, "geometry_weight": 0.1, "decoder_weight": 1.0, "batch_size": 8, "lr": 3e-3,
-       "weight_decay": 0.0, "max_epochs": 3, "patience": 10, "val_share": 0.2, "threads": 1}
+CFG = P.WorldModel.model_construct(   # the fields training reads, small
+    window=16, stride=8, mask_share=0.25, mask_span=4, d_model=16, heads=2, time_layers=1, stock_layers=1, ema=0.9,
+    geometry_weight=0.1, decoder_weight=1.0, batch_size=8, lr=3e-3, weight_decay=0.0, max_epochs=3, patience=10,
+    val_share=0.2, threads=1)
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,8 @@ import pytest
 from alphagym.data import yfinance_source as yfs
 from alphagym.data.build_panel import adjust
 from alphagym.errors import SourceUnavailableError
+from alphagym.params import YFinance
+from cfg_helpers import partial
 
 FIXTURE = Path(__file__).parent / "data" / "yfinance_history_XYZ.csv"
 
@@ -21,7 +23,7 @@ def recorded(ticker, start, end):
 
 
 def test_recorded_response_to_raw_and_cache(tmp_path):
-    cfg = {"retries": 2, "backoff_s": 0.0, "cache_dir": str(tmp_path / "cache")}
+    cfg = partial(YFinance, {"retries": 2, "backoff_s": 0.0, "cache_dir": str(tmp_path / "cache")})
     raw = yfs.download_universe(["XYZ"], "2021-01-04", "2021-01-08", cfg, fetch=recorded)
     assert list(raw["date"].dt.strftime("%Y-%m-%d")) == ["2021-01-04", "2021-01-05", "2021-01-06",
                                                            "2021-01-07", "2021-01-08"]
@@ -52,7 +54,7 @@ def test_retries_then_clear_error(tmp_path):
         calls.append(ticker)
         raise ConnectionError("connection reset")
 
-    cfg = {"retries": 3, "backoff_s": 0.0, "cache_dir": str(tmp_path)}
+    cfg = partial(YFinance, {"retries": 3, "backoff_s": 0.0, "cache_dir": str(tmp_path)})
     with pytest.raises(SourceUnavailableError, match="XYZ failed after 3 tries.*data.source=synthetic"):
         yfs.download_universe(["XYZ"], "2021-01-04", "2021-01-08", cfg, fetch=flaky)
     assert len(calls) == 3
@@ -60,7 +62,7 @@ def test_retries_then_clear_error(tmp_path):
 
 def test_offline_fails_fast_and_names_alternatives(tmp_path, monkeypatch):
     monkeypatch.setattr(yfs, "network_available", lambda *a, **k: False)
-    cfg = {"retries": 3, "backoff_s": 5.0, "cache_dir": str(tmp_path)}
+    cfg = partial(YFinance, {"retries": 3, "backoff_s": 5.0, "cache_dir": str(tmp_path)})
     t0 = time.perf_counter()
     with pytest.raises(SourceUnavailableError) as info:
         yfs.download_universe(["XYZ"], "2021-01-04", "2021-01-08", cfg)
@@ -71,6 +73,6 @@ def test_offline_fails_fast_and_names_alternatives(tmp_path, monkeypatch):
 def test_incomplete_response_is_a_data_error(tmp_path):
     from alphagym.errors import DataError
 
-    cfg = {"retries": 1, "backoff_s": 0.0, "cache_dir": str(tmp_path)}
+    cfg = partial(YFinance, {"retries": 1, "backoff_s": 0.0, "cache_dir": str(tmp_path)})
     with pytest.raises(DataError, match="empty or incomplete response"):
         yfs.download_universe(["XYZ"], "2021-01-04", "2021-01-08", cfg, fetch=lambda *a: pd.DataFrame())

@@ -50,9 +50,9 @@ def main() -> int:
     r, cat = results_dir(p), load_catalogue()
     briefs = read_briefs(r / "filter" / "briefs.jsonl", cat)[:48]
     verifier = Verifier(Panel.read_parquet(r / "panel" / "train.parquet"), p)
-    policy = load_policy(r / "sft" / "tiny" / "policy", p["policy"])
-    set_decoding(policy, p)
-    groups = scored_answers(policy, briefs, verifier, cat, float(p["briefs"]["horizon_tolerance"]), 8, 1.0, 11,
+    policy = load_policy(r / "sft" / "tiny" / "policy", p.policy.hf.nf4)
+    set_decoding(policy, p.policy.decoding, p.dsl.limits)
+    groups = scored_answers(policy, briefs, verifier, cat, float(p.briefs.horizon_tolerance), 8, 1.0, 11,
                             "R14 gate")
     cards = [c for g in groups for c in g]
     valid = np.array([c.valid for c in cards])
@@ -63,7 +63,7 @@ def main() -> int:
                       "compliance_valid": float(share[valid].mean()),
                       "compliance_invalid": float(share[~valid].mean()) if (~valid).any() else None,
                       "fully_compliant_valid": float((share[valid] == 1).mean())}))
-    priorities = {**dict(p["verifier"]["priorities"]), "compliance": 0.5}
+    priorities = {**dict(p.verifier.priorities), "compliance": 0.5}
     print(json.dumps({("gated" if g else "ungated"): effect_of_r14(groups, priorities, g) for g in (True, False)}))
     return 0
 

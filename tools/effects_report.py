@@ -28,17 +28,20 @@ from alphagym.books.metrics import sharpe  # noqa: E402
 from alphagym.config import load_params  # noqa: E402
 from alphagym.data.build_panel import build_panel  # noqa: E402
 from alphagym.data.simulator import simulate_market  # noqa: E402
+from alphagym.params import Simulator  # noqa: E402
 from alphagym.verifier.verifier import Verifier  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def report(params, planted: dict | None, seed: int) -> dict:
-    sim = params["simulator"].model_dump()
+    sim = params.simulator
     if planted is not None:
-        sim["effects"]["planted"] = planted
-    d = params["data"]
-    m = simulate_market(sim, calendar=d["calendar"], start=d["start"], end=d["end"], seed=seed)
+        raw = sim.model_dump()
+        raw["effects"]["planted"] = planted
+        sim = Simulator.model_validate(raw)
+    d = params.data
+    m = simulate_market(sim, calendar=d.calendar, start=d.start, end=d.end, seed=seed)
     train, holdout, _ = build_panel(m.prices, m.sectors, params)
     tv, hv = Verifier(train, params), Verifier(holdout, params, window="holdout")
     rows, train_pnl, hold_pnl = {}, {}, {}

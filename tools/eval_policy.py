@@ -44,20 +44,20 @@ def main() -> None:
         ap.error("give a policy folder or --zero-shot BACKEND, not both")
     params = load_params(ROOT / "params.yaml", args.set)
     r = results_dir(params)
-    ev, cat = params["sft"]["eval"], load_catalogue()
-    seeds = args.seeds or [int(params["seed"]) + 1]      # the stage evaluates after SFT with seed + 1
-    samples = args.samples or int(ev["samples"])
+    ev, cat = params.sft.eval, load_catalogue()
+    seeds = args.seeds or [int(params.seed) + 1]      # the stage evaluates after SFT with seed + 1
+    samples = args.samples or int(ev.samples)
     holdout = read_briefs(r / "briefs" / "holdout.jsonl", cat)
     verifier = Verifier(Panel.read_parquet(r / "panel" / "train.parquet"), params)   # as the sft stage
-    policy = (load_policy(args.policy, params["policy"]) if args.policy
-              else build_policy(args.zero_shot, params["policy"], [], int(params["seed"])))
+    policy = (load_policy(args.policy, params.policy.hf.nf4) if args.policy
+              else build_policy(args.zero_shot, params.policy, [], int(params.seed)))
     table: list[dict] = []
     for seed in seeds:
         for decoding in args.decoding:
-            set_decoding(policy, {**params, "policy": {**params["policy"], "decoding": decoding}})
+            set_decoding(policy, decoding, params.dsl.limits)
             t0 = time.perf_counter()
-            stats, rows = evaluate_policy(policy, holdout, verifier, cat, float(params["briefs"]["horizon_tolerance"]),
-                                       samples, float(ev["temperature"]), seed)
+            stats, rows = evaluate_policy(policy, holdout, verifier, cat, float(params.briefs.horizon_tolerance),
+                                       samples, float(ev.temperature), seed)
             d = policy.decode_stats
             print(json.dumps({"policy": args.policy or f"{args.zero_shot} (zero-shot)", "seed": seed,
                               "decoding": decoding, **stats,

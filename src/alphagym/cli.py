@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from alphagym.errors import AlphagymError, ConfigError
+from alphagym.params import Priorities
 
 
 def _params(args: argparse.Namespace) -> Any:
@@ -176,7 +177,7 @@ def cmd_score(args: argparse.Namespace) -> int:
             print(f"alphagym score: note: {shown}", file=sys.stderr)
         print(json.dumps(out, indent=1))
         return 0
-    _print_card(out, text, params["verifier"]["priorities"], "; ".join(n for n in (note, shown) if n))
+    _print_card(out, text, params.verifier.priorities, "; ".join(n for n in (note, shown) if n))
     return 0
 
 
@@ -244,7 +245,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_card(card: dict[str, Any], text: str, priorities: Any, note: str | None) -> None:
+def _print_card(card: dict[str, Any], text: str, priorities: Priorities, note: str | None) -> None:
     from rich.console import Console
     from rich.table import Table
 

@@ -183,6 +183,9 @@ class ParamsView(Mapping):
     A stage function receives this view of the validated params (`alphagym.stages.run_stage`), so a stage
     that starts reading a key its stage-table row does not declare fails at once, in every run, instead
     of going stale under DVC and Snakemake. Keys read are recorded in `reads` (the tests use it).
+
+    It stands in for `Params` (stage functions are annotated so): `view.verifier.cpcv` reads as on the model, and
+    a declared block comes back as its typed section (`Cpcv`), a partly declared one as a narrower view.
     """
 
     def __init__(self, node: Mapping[str, Any], allowed: tuple[str, ...], stage: str, prefix: str = "",

@@ -6,8 +6,9 @@ and rejects unknown keys (`extra="forbid"`); hand-written dataclass checks would
 
 `params.yaml` is the one place where values live: no field here has a default, so a key missing from the
 file is an error, not a silently different number. Each field carries a type, a range and a one-line
-description. The models are frozen; `[]`, `.get`, `keys`, `items` and `in` work as on the mapping they were
-read from, so the code reads `params["verifier"]["cpcv"]` and `params.verifier.cpcv` alike.
+description. The models are frozen. Library and stage code reads attributes (`params.verifier.cpcv`,
+`cfg.lr`) and takes the typed section it needs as its argument. `[]`, `.get`, `keys`, `items` and `in` still
+work as on the mapping the block was read from: `ParamsView`, `dict(section)` and the tools use them.
 """
 
 from __future__ import annotations
@@ -280,10 +281,6 @@ class HoldoutScore(Section):
     clip: Annotated[float, Field(gt=0)] = Field(description="the holdout score is clipped to [-clip, clip]")
 
 
-CHANNEL_NAMES = ("cpcv", "pbo", "jepa_stress", "factor_neutrality", "turnover", "min_turnover", "ic",
-                 "novelty_pnl", "novelty_syntax", "motif_guard", "complexity", "format")
-
-
 class Priorities(Section):
     cpcv: NonNeg = Field(description="R1 weight")
     pbo: NonNeg = Field(description="R2 weight")
@@ -528,11 +525,14 @@ class HfPolicy(PretrainedPolicy):
     nf4: bool = Field(description="load the base in NF4 with bitsandbytes (needs a CUDA GPU)")
 
 
+Decoding = Literal["grammar", "free"]
+
+
 class Policy(Section):
     max_new_tokens: Annotated[int, Field(ge=8, le=1024)] = Field(description="answer cap in tokens")
     micro_batch: PosInt = Field(description="sequences per forward pass")
     threads: Annotated[int, Field(ge=1, le=256)] = Field(description="torch threads")
-    decoding: Literal["grammar", "free"] = Field(
+    decoding: Decoding = Field(
         description="grammar: sample only tokens that keep the answer a parseable <alpha> formula; free: the "
                     "model's plain distribution")
     adapter: Adapter
@@ -793,13 +793,13 @@ class ResolvedRung:
         return self.recipe.steps * (DORA_STEP_COST if self.recipe.adapter == "dora" else 1.0)
 
 
-def resolve_rung(params: Mapping[str, Any], item: str) -> ResolvedRung:
+def resolve_rung(params: Params, item: str) -> ResolvedRung:
     """The one place a ladder member `RUNG` or `RUNG-sK` is resolved (the stage table's threads and
     priorities, the train and probe stages); `params` is the whole params or a stage's view of them."""
     name, replica = split_replica(item)
-    rl = params["rl"]
-    return ResolvedRung(item, name, replica, apply_rung(rl["recipe"], rl["rungs"][name], name),
-                        int(params["seed"]) + replica)
+    rl = params.rl
+    return ResolvedRung(item, name, replica, apply_rung(rl.recipe, rl.rungs[name], name),
+                        params.seed + replica)
 
 
 class Books(Section):

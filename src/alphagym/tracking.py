@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from alphagym.params import Params, Tracking
+
 T = TypeVar("T")
 
 
@@ -143,23 +145,22 @@ def _relocate(db: Path, experiment: Any, root: Path) -> None:
                   "folder was moved or copied)", stacklevel=3)
 
 
-def _open_store(params: Mapping[str, Any], retries: int, backoff: float) -> tuple[Any, str]:
+def _open_store(cfg: Tracking, retries: int, backoff: float) -> tuple[Any, str]:
     """The MLflow client and the experiment id, creating store and experiment once, under a file lock."""
     from filelock import FileLock
     from mlflow.tracking import MlflowClient
 
-    cfg = params["tracking"]
-    db = Path(cfg["uri"]).resolve()
+    db = Path(cfg.uri).resolve()
     db.parent.mkdir(parents=True, exist_ok=True)
     root = db.parent / "artifacts"
     with FileLock(str(db) + ".lock", timeout=300):
         client = with_lock_retry(lambda: MlflowClient(tracking_uri=f"sqlite:///{db}"), retries, backoff)
 
         def experiment() -> Any:
-            exp = client.get_experiment_by_name(cfg["experiment"])
+            exp = client.get_experiment_by_name(cfg.experiment)
             if exp is None:
-                client.create_experiment(cfg["experiment"], artifact_location=str(root))
-                exp = client.get_experiment_by_name(cfg["experiment"])
+                client.create_experiment(cfg.experiment, artifact_location=str(root))
+                exp = client.get_experiment_by_name(cfg.experiment)
             return exp
 
         exp = with_lock_retry(experiment, retries, backoff)
@@ -180,22 +181,22 @@ def _end_stale_runs(client: Any, exp_id: str, stage: str) -> None:
 
 
 @contextlib.contextmanager
-def stage_run(stage: str, params: Mapping[str, Any], logged: Mapping[str, Any] | None = None) -> Iterator[StageRun]:
+def stage_run(stage: str, params: Params, logged: Mapping[str, Any] | None = None) -> Iterator[StageRun]:
     """Open one MLflow run for a stage execution: FINISHED, FAILED (it raised) or KILLED (interrupted).
 
     `logged`: the params to record (a stage's declared keys); default every param."""
-    cfg = params["tracking"]
-    retries, backoff = int(cfg["lock_retries"]), float(cfg["lock_backoff_s"])
-    if not cfg.get("enabled", True):
+    cfg = params.tracking
+    retries, backoff = cfg.lock_retries, cfg.lock_backoff_s
+    if not cfg.enabled:
         yield StageRun(None, None, retries, backoff)
         return
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     from mlflow.entities import Param, RunTag
 
-    client, exp_id = _open_store(params, retries, backoff)
+    client, exp_id = _open_store(cfg, retries, backoff)
     with_lock_retry(lambda: _end_stale_runs(client, exp_id, stage), retries, backoff)
     tags = {"alphagym.stage": stage, "dvc.stage": stage, "mlflow.source.git.commit": git_commit(),
-            "alphagym.profile": str(params.get("profile", "default")), "mlflow.runName": stage,
+            "alphagym.profile": params.profile, "mlflow.runName": stage,
             "alphagym.pid": str(os.getpid()), "alphagym.host": socket.gethostname()}
     run = with_lock_retry(lambda: client.create_run(exp_id, tags=tags, run_name=stage), retries, backoff)
     handle = StageRun(client, run.info.run_id, retries, backoff)

@@ -24,6 +24,7 @@ from alphagym.artifacts import read_json, read_parquet, write_parquet
 from alphagym.books.metrics import book_metrics, capped_selection, capped_stream
 from alphagym.errors import ArtifactError, DataError
 from alphagym.panel import Panel
+from alphagym.params import Params
 from alphagym.tracking import StageRun
 from alphagym.verifier.verifier import Verifier
 
@@ -36,8 +37,8 @@ CHECKPOINT = re.compile(r"checkpoint-(\d{6})")
 ANSWER_COLUMNS = ("step", "valid", "formula", "canonical", "brief")
 
 
-def books(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun, item: str) -> dict[str, Any]:
-    cfg = params["books"]
+def books(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: StageRun, item: str) -> dict[str, Any]:
+    cfg = params.books
     probe = read_json(deps["probe"], keys=("shipped_step", "checkpoints"), what="probe summary")
     answers = read_parquet(deps["answers"], columns=ANSWER_COLUMNS, what="probe answers")
     step = probe["shipped_step"]
@@ -70,17 +71,17 @@ def books(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageR
     dates = holdout_panel.dates[: len(holdout_v.rows)][holdout_v.rows]
     daily = pd.DataFrame({"date": dates, "market": market})
     out: dict[str, Any] = {"rung": item, "shipped_step": step, "answers": rows,
-                           "market": book_metrics(market[None, :], market, cfg["down_day"])}
+                           "market": book_metrics(market[None, :], market, cfg.down_day)}
     if not rows:
         out["equal_weight"] = out["capped"] = None
         out["note"] = f"no answer of checkpoint {step} is valid on both windows: no book"
     else:
         pnl_t, pnl_h = np.stack(train_pnl), np.stack(hold_pnl)
         pick = capped_selection([r["train_cpcv"] for r in rows], [r["train_turnover"] for r in rows], pnl_t,
-                                cfg["min_turnover"], cfg["max_corr"])
+                                cfg.min_turnover, cfg.max_corr)
         weights = np.array([r["count"] for r in rows])
-        out["equal_weight"] = book_metrics(np.repeat(pnl_h, weights, axis=0), market, cfg["down_day"])
-        out["capped"] = book_metrics(pnl_h[pick], market, cfg["down_day"]) if pick else None
+        out["equal_weight"] = book_metrics(np.repeat(pnl_h, weights, axis=0), market, cfg.down_day)
+        out["capped"] = book_metrics(pnl_h[pick], market, cfg.down_day) if pick else None
         out["capped_members"] = [rows[i]["canonical"] for i in pick]
         daily["equal_weight"] = np.average(pnl_h, axis=0, weights=weights)
         daily["capped"] = pnl_h[pick].mean(axis=0) if pick else np.nan
@@ -92,9 +93,9 @@ def books(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageR
         card = train_v.score_one(names[i])
         return card.pnl if card.valid else None
 
-    chosen = capped_stream(cands, train_pnl, int(cfg["archive_size"]), cfg["min_turnover"], cfg["max_corr"])
+    chosen = capped_stream(cands, train_pnl, cfg.archive_size, cfg.min_turnover, cfg.max_corr)
     held = [c.pnl for c in (holdout_v.score_one(names[i]) for i in chosen) if c.valid]
-    out["archive"] = book_metrics(np.stack(held), market, cfg["down_day"]) if held else None
+    out["archive"] = book_metrics(np.stack(held), market, cfg.down_day) if held else None
     out["archive_members"] = [names[i] for i in chosen]
     out["archive_pool"] = len(pool)
     daily["archive"] = np.mean(held, axis=0) if held else np.nan

@@ -17,6 +17,7 @@ import numpy as np
 
 from alphagym.briefs.catalogue import Catalogue
 from alphagym.errors import BriefError
+from alphagym.params import Briefs as BriefsParams
 
 FIELDS = ("mechanism", "horizon", "input_rule", "structure", "forbidden", "risk")
 RECORD = ("id", "split", "family", *FIELDS, "text")
@@ -101,12 +102,12 @@ def draw(c: Catalogue, fams: list[str], n: int, split: str, rng: np.random.Gener
     return out
 
 
-def generate(c: Catalogue, cfg: Mapping[str, Any], seed: int) -> tuple[list[dict], list[dict], list[str]]:
+def generate(c: Catalogue, cfg: BriefsParams, seed: int) -> tuple[list[dict], list[dict], list[str]]:
     """(train briefs, holdout briefs, holdout families)."""
-    held = holdout_families(c, float(cfg["holdout_family_share"]), seed)
+    held = holdout_families(c, cfg.holdout_family_share, seed)
     train_fams = [f for f in families(c) if f not in held]
     rng = np.random.default_rng([seed, 2])
-    return (draw(c, train_fams, int(cfg["train"]), "train", rng), draw(c, held, int(cfg["holdout"]), "holdout", rng),
+    return (draw(c, train_fams, cfg.train, "train", rng), draw(c, held, cfg.holdout, "holdout", rng),
             held)
 
 

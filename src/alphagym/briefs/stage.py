@@ -9,12 +9,13 @@ from typing import Any
 
 from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.generate import generate, write_briefs
+from alphagym.params import Params
 from alphagym.tracking import StageRun
 
 
-def briefs(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:
+def briefs(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:
     cat = load_catalogue()
-    train, holdout, held = generate(cat, params["briefs"], int(params["seed"]))
+    train, holdout, held = generate(cat, params.briefs, params.seed)
     write_briefs(outs["train"], train)
     write_briefs(outs["holdout"], holdout)
     summary = {

@@ -16,6 +16,7 @@ import pandas as pd
 from alphagym.data.calendar import sessions
 from alphagym.errors import DataError
 from alphagym.panel import Panel
+from alphagym.params import Params
 
 PRICE_COLS = ["open", "high", "low", "close", "adjusted_close"]
 RULES = ("duplicate_dates", "non_positive_price", "high_low", "ohlc_bounds", "non_positive_volume",
@@ -199,21 +200,21 @@ def adjust(wide: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
 
 
 def build_full_panel(prices: pd.DataFrame, sectors: dict[str, str],
-                     params: dict[str, Any]) -> tuple[Panel, list[dict[str, str]]]:
+                     params: Params) -> tuple[Panel, list[dict[str, str]]]:
     """Validate, adjust and derive fields over every session from data.start to data.end (no split).
 
     `in_holdout` marks sessions on or after data.holdout_start. Stages write only the split files
     (`build_panel`); benchmarks and tools use the whole span.
     """
-    d = params["data"]
+    d = params.data
     prices = prices.copy()
     prices["date"] = pd.to_datetime(prices["date"])
     first_raw = prices["date"].min()
-    days_all = sessions(d["calendar"], str(min(first_raw, pd.Timestamp(d["start"])).date()), d["end"])
-    in_range = prices["date"] <= pd.Timestamp(d["end"])
-    validator = Validator(d["validation"])
+    days_all = sessions(d.calendar, str(min(first_raw, pd.Timestamp(d.start)).date()), d.end)
+    in_range = prices["date"] <= pd.Timestamp(d.end)
+    validator = Validator(d.validation)
     clean = validator.check_rows(prices[in_range])
-    wide = validator.align_to_sessions(clean, days_all, int(days_all.searchsorted(pd.Timestamp(d["start"]))))
+    wide = validator.align_to_sessions(clean, days_all, int(days_all.searchsorted(pd.Timestamp(d.start))))
     adj = adjust(wide)
     tickers = list(adj["close"].columns)
     f = {k: adj[k].to_numpy(dtype=np.float64) for k in ("open", "high", "low", "close", "volume")}
@@ -229,24 +230,24 @@ def build_full_panel(prices: pd.DataFrame, sectors: dict[str, str],
                    np.nan)
     f["market_return"] = np.repeat(mkt[:, None], len(tickers), axis=1)
     sec = tuple(sectors.get(t, "Unknown") for t in tickers)
-    start = days_all.searchsorted(pd.Timestamp(d["start"]))
-    hold_start = days_all.searchsorted(pd.Timestamp(d["holdout_start"]))
+    start = days_all.searchsorted(pd.Timestamp(d.start))
+    hold_start = days_all.searchsorted(pd.Timestamp(d.holdout_start))
     full = Panel(days_all, tuple(tickers), sec, f, np.arange(len(days_all)) >= hold_start)
     return full.slice_days(start, len(days_all)), validator.repair_log()
 
 
 def build_panel(prices: pd.DataFrame, sectors: dict[str, str],
-                params: dict[str, Any]) -> tuple[Panel, Panel, list[dict[str, str]]]:
+                params: Params) -> tuple[Panel, Panel, list[dict[str, str]]]:
     """Validate, adjust, derive fields; return (train, holdout with its warm-up sessions, repairs)."""
-    d = params["data"]
+    d = params.data
     full, repairs = build_full_panel(prices, sectors, params)
     days = full.dates
-    train_end = days.searchsorted(pd.Timestamp(d["train_end"]), side="right")
-    hold_start = days.searchsorted(pd.Timestamp(d["holdout_start"]))
+    train_end = days.searchsorted(pd.Timestamp(d.train_end), side="right")
+    hold_start = days.searchsorted(pd.Timestamp(d.holdout_start))
     if not (0 < train_end <= hold_start < len(days)):
         raise DataError("date_split", f"need start < train_end < holdout_start <= end; got {d['start']}, "
                         f"{d['train_end']}, {d['holdout_start']}, {d['end']} on {len(days)} sessions")
     train = full.slice_days(0, train_end)
-    warm = max(0, hold_start - int(d["holdout_warmup_sessions"]))
+    warm = max(0, hold_start - d.holdout_warmup_sessions)
     holdout = full.slice_days(warm, len(days))
     return train, holdout, repairs

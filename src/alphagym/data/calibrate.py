@@ -14,6 +14,7 @@ import numpy as np
 
 from alphagym.data.stylized import _acf, stylized_facts
 from alphagym.panel import Panel
+from alphagym.params import Calibrated, Simulator
 
 
 def _garch_t_moments(alpha: float, beta: float, df: float, n: int, seed: int) -> tuple[float, float]:
@@ -29,7 +30,7 @@ def _garch_t_moments(alpha: float, beta: float, df: float, n: int, seed: int) ->
     return kurt, _acf((r**2)[:, None], (1, 2, 3, 4, 5))
 
 
-def calibrate(panel: Panel, sim_config: dict[str, Any] | None = None, *, calendar: str = "XNYS",
+def calibrate(panel: Panel, sim_config: Simulator | None = None, *, calendar: str = "XNYS",
               iterations: int = 4, seed: int = 0, n_seeds: int = 16) -> dict[str, Any]:
     """Closed-form first guess, then `iterations` rounds of simulate -> measure -> correct.
 
@@ -44,7 +45,8 @@ def calibrate(panel: Panel, sim_config: dict[str, Any] | None = None, *, calenda
     from tqdm import tqdm
 
     for _ in tqdm(range(iterations), desc="calibrating (simulate -> measure -> correct)", unit="round"):
-        sim = dict(sim_config, calibrated=cal)
+        # the values in between rounds are not validated: a round may pass through any of them
+        sim = sim_config.model_copy(update={"calibrated": Calibrated.model_construct(**cal)})
         got = simulated_facts(sim, calendar=calendar, start=start, end=end, seeds=range(seed, seed + n_seeds))
         cal["ann_vol_median"] *= target["ann_vol"] / got["ann_vol"]
         cal["market_share"] = float(np.clip(cal["market_share"] + (target["mean_corr"] - got["mean_corr"]),
@@ -63,7 +65,7 @@ def calibrate(panel: Panel, sim_config: dict[str, Any] | None = None, *, calenda
     return {k: round(float(v), 5) for k, v in cal.items()}
 
 
-def simulated_facts(sim: dict[str, Any], *, calendar: str, start: str, end: str,
+def simulated_facts(sim: Simulator, *, calendar: str, start: str, end: str,
                     seeds: Any) -> dict[str, float]:
     """Stylized facts of the simulator averaged over seeds (crises are rare: one path is a noisy sample)."""
     from alphagym.data.simulator import simulate_market

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from alphagym.data.calendar import sessions
+from alphagym.params import Simulator
 
 SQRT252 = np.sqrt(252.0)
 
@@ -157,13 +158,13 @@ def sector_list(counts: dict[str, int], stocks: int) -> list[str]:
     return [k for k in counts for _ in range(alloc[k])]
 
 
-def simulate_market(sim: dict[str, Any], *, calendar: str, start: str, end: str, seed: int) -> SimulatedMarket:
+def simulate_market(sim: Simulator, *, calendar: str, start: str, end: str, seed: int) -> SimulatedMarket:
     """Simulate the market on the sessions of `calendar` between start and end."""
-    cal = sim["calibrated"]
+    cal = sim.calibrated
     rng = np.random.default_rng(seed)
     dates = sessions(calendar, start, end)
     n_days = len(dates)
-    sector_names = sector_list(sim["sector_counts"], int(sim["stocks"]))
+    sector_names = sector_list(sim.sector_counts, sim.stocks)
     n = len(sector_names)
     width = max(2, len(str(n - 1)))
     tickers = [f"S{i:0{width}d}" for i in range(n)]
@@ -171,29 +172,29 @@ def simulate_market(sim: dict[str, Any], *, calendar: str, start: str, end: str,
     n_sec = int(sec_codes.max()) + 1
 
     # --- per-stock constants ---
-    vol_ann = cal["ann_vol_median"] * np.exp(cal["ann_vol_dispersion"] * rng.standard_normal(n))
+    vol_ann = cal.ann_vol_median * np.exp(cal.ann_vol_dispersion * rng.standard_normal(n))
     sigma = vol_ann / SQRT252
-    lo, hi = sim["beta_range"]
+    lo, hi = sim.beta_range
     betas_sorted = np.sort(rng.uniform(lo, hi, n))
     noisy_vol_rank = np.argsort(np.argsort(np.log(vol_ann) + 0.35 * rng.standard_normal(n)))
     beta = betas_sorted[noisy_vol_rank]                    # high vol tends to mean high beta
-    m_share, s_share = cal["market_share"], cal["sector_share"]
+    m_share, s_share = cal.market_share, cal.sector_share
     sig_m = np.sqrt(m_share) * np.median(sigma)            # market factor daily vol (calm)
     load_m = beta * sig_m
     load_s = np.sqrt(s_share) * sigma
     idio_var = sigma**2 - load_m**2 - load_s**2
     sig_i = np.sqrt(np.maximum(idio_var, 0.2 * sigma**2))
-    p_lo, p_hi = sim["price_start_range"]
+    p_lo, p_hi = sim.price_start_range
     price0 = np.exp(rng.uniform(np.log(p_lo), np.log(p_hi), n))
     # dollar-volume levels: evenly spaced normal quantiles stretched to the calibrated max/min spread
     from scipy.stats import norm
 
     q_lv = norm.ppf((np.arange(n) + 0.5) / n)
-    q_lv = q_lv / (q_lv.max() - q_lv.min()) * cal["dollar_volume_log10_spread"] * np.log(10.0)
-    dv_level = np.log(cal["dollar_volume_median"]) + rng.permutation(q_lv)
+    q_lv = q_lv / (q_lv.max() - q_lv.min()) * cal.dollar_volume_log10_spread * np.log(10.0)
+    dv_level = np.log(cal.dollar_volume_median) + rng.permutation(q_lv)
 
     # --- regime chain and crisis multipliers (solve for vol ratio v and crisis correlation rho_c) ---
-    v, rho_c = cal["crisis_vol_mult"], cal["crisis_mean_corr"]
+    v, rho_c = cal.crisis_vol_mult, cal.crisis_mean_corr
     mult_m = v * np.sqrt(rho_c / m_share)
     mult_i = v * np.sqrt(max(1e-6, 1 - rho_c) / (1 - m_share))
     crisis = np.zeros(n_days, dtype=bool)
@@ -201,22 +202,22 @@ def simulate_market(sim: dict[str, Any], *, calendar: str, start: str, end: str,
     for t in range(n_days):
         u = rng.random()
         if state:
-            state = u >= cal["crisis_exit_prob"]
+            state = u >= cal.crisis_exit_prob
         else:
-            state = u < cal["crisis_enter_prob"]
+            state = u < cal.crisis_enter_prob
         crisis[t] = state
 
     # --- GARCH-t shocks for market, sectors, stocks ---
-    a, b, df = cal["garch_alpha"], cal["garch_beta"], cal["t_df"]
+    a, b, df = cal.garch_alpha, cal.garch_beta, cal.t_df
     omega = 1.0 - a - b
-    h_cap = float(sim["max_variance_mult"])      # conditional variance at most this x its long-run level
-    z_cap = float(sim["volume_shock_cap"])
-    q = cal["overnight_var_share"]
+    h_cap = sim.max_variance_mult      # conditional variance at most this x its long-run level
+    z_cap = sim.volume_shock_cap
+    q = cal.overnight_var_share
     h_m, h_s, h_i = 1.0, np.ones(n_sec), np.ones(n)
-    drift_m = sim["market_drift_annual"] / 252.0
-    drift_crisis = sim.get("crisis_drift_annual", -0.4) / 252.0
-    eff = sim["effects"]
-    planted = dict(eff["planted"])
+    drift_m = sim.market_drift_annual / 252.0
+    drift_crisis = sim.crisis_drift_annual / 252.0
+    eff = sim.effects
+    planted = dict(eff.planted)
     unknown = sorted(set(planted) - set(EFFECTS))
     if unknown:
         raise ValueError(f"simulator.effects.planted: no planted effect named {unknown}; known: {sorted(EFFECTS)}")
@@ -225,7 +226,7 @@ def simulate_market(sim: dict[str, Any], *, calendar: str, start: str, end: str,
     if len(set(mechanisms)) < len(mechanisms):
         raise ValueError(f"simulator.effects.planted: two effects of one mechanism in {names}; plant one")
     years = np.arange(n_days) / 252.0
-    phi_e, sc_e = eff["effect_noise_ar"], eff["effect_noise_scale"]
+    phi_e, sc_e = eff.effect_noise_ar, eff.effect_noise_scale
     # Each effect's strength noise comes from its own stream, keyed by the seed and the effect's place in
     # EFFECTS, never from the market's: planting, removing or retuning an effect changes the planted drifts
     # and nothing else (regimes, shocks and volumes stay the same path), so effects can be compared and
@@ -235,17 +236,17 @@ def simulate_market(sim: dict[str, Any], *, calendar: str, start: str, end: str,
         z = np.random.default_rng([seed, 1, list(EFFECTS).index(k)]).standard_normal(n_days)
         for t in range(1, n_days):
             e_noise[t, j] = phi_e * e_noise[t - 1, j] + np.sqrt(1 - phi_e**2) * z[t]
-    coef = np.stack([planted[k]["strength"] * 0.5 ** (years / planted[k]["half_life_years"])
-                     * np.where(crisis, planted[k]["crisis_mult"], planted[k]["calm_mult"])
+    coef = np.stack([planted[k].strength * 0.5 ** (years / planted[k].half_life_years)
+                     * np.where(crisis, planted[k].crisis_mult, planted[k].calm_mult)
                      * (1 + sc_e * e_noise[:, j]) for j, k in enumerate(names)], axis=1) if names else \
         np.zeros((n_days, 0))
 
     log_close = np.log(price0)
     opens, highs, lows, closes, volumes = (np.empty((n_days, n)) for _ in range(5))
-    phi_v = cal["log_volume_ar"]
+    phi_v = cal.log_volume_ar
     persist = np.zeros(n)
-    vol_pers_sd = cal["log_volume_persistent_sd"]
-    phi_f, vol_fast_sd = cal["log_volume_fast_ar"], cal["log_volume_fast_sd"]    # a short-memory component
+    vol_pers_sd = cal.log_volume_persistent_sd
+    phi_f, vol_fast_sd = cal.log_volume_fast_ar, cal.log_volume_fast_sd    # a short-memory component
     fast = np.zeros(n)
     mu_next = np.zeros(n)
     log_closes, rets = np.full((n_days, n), np.nan), np.full((n_days, n), np.nan)
@@ -261,8 +262,8 @@ def simulate_market(sim: dict[str, Any], *, calendar: str, start: str, end: str,
         on = (cm * load_m * np.sqrt(h_m) * np.sqrt(q) * zs_on[0][0]
               + ci * load_s * np.sqrt(h_s[sec_codes]) * np.sqrt(q) * zs_on[1][sec_codes]
               + ci * sig_i * np.sqrt(h_i) * np.sqrt(q) * zs_on[2])
-        jumps = rng.random(n) < cal["jump_prob"]
-        on = on + jumps * cal["jump_scale"] * sig_i * rng.standard_normal(n)
+        jumps = rng.random(n) < cal.jump_prob
+        on = on + jumps * cal.jump_scale * sig_i * rng.standard_normal(n)
         day_drift = (drift_crisis if crisis[t] else drift_m) * beta
         intra = (cm * load_m * np.sqrt(h_m) * np.sqrt(1 - q) * zs[0][0]
                  + ci * load_s * np.sqrt(h_s[sec_codes]) * np.sqrt(1 - q) * zs[1][sec_codes]
@@ -274,14 +275,14 @@ def simulate_market(sim: dict[str, Any], *, calendar: str, start: str, end: str,
         lo_open = log_close + on
         log_close = lo_open + intra
         sd_intra = ci * sigma * np.sqrt(1 - q) * np.sqrt(h_i)
-        top = np.maximum(lo_open, log_close) + cal["range_k"] * sd_intra * np.abs(rng.standard_normal(n))
-        bot = np.minimum(lo_open, log_close) - cal["range_k"] * sd_intra * np.abs(rng.standard_normal(n))
+        top = np.maximum(lo_open, log_close) + cal.range_k * sd_intra * np.abs(rng.standard_normal(n))
+        bot = np.minimum(lo_open, log_close) - cal.range_k * sd_intra * np.abs(rng.standard_normal(n))
         r_tot = on + intra
         persist = phi_v * persist + np.sqrt(1 - phi_v**2) * vol_pers_sd * rng.standard_normal(n)
         fast = phi_f * fast + np.sqrt(1 - phi_f**2) * vol_fast_sd * rng.standard_normal(n)
         shock = np.minimum(np.abs(r_tot) / sigma, z_cap)      # volume responds to a move, then saturates
-        log_dv = (dv_level + persist + fast + cal["volume_abs_return_slope"] * (shock - 0.8)
-                  + cal["log_volume_noise"] * rng.standard_normal(n))
+        log_dv = (dv_level + persist + fast + cal.volume_abs_return_slope * (shock - 0.8)
+                  + cal.log_volume_noise * rng.standard_normal(n))
         opens[t], closes[t], highs[t], lows[t] = np.exp(lo_open), np.exp(log_close), np.exp(top), np.exp(bot)
         volumes[t] = np.maximum(1.0, np.round(np.exp(log_dv) / closes[t]))
 
@@ -313,7 +314,7 @@ def simulate_market(sim: dict[str, Any], *, calendar: str, start: str, end: str,
         "crisis_sessions": int(crisis.sum()),
         "crisis_share": float(crisis.mean()),
         "effects": {
-            **{k: {"kind": planted[k]["kind"], "mechanism": EFFECTS[k].mechanism, "formula": EFFECTS[k].formula,
+            **{k: {"kind": planted[k].kind, "mechanism": EFFECTS[k].mechanism, "formula": EFFECTS[k].formula,
                    "acts_on": "intraday return of t+1 (inside the book's open(t+1)->open(t+2) holding)",
                    "coef_by_year": {str(y): v for y, v in
                                     pd.Series(coef[:, j]).groupby(year_of).mean().round(6).to_dict().items()},

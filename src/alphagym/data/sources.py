@@ -12,30 +12,31 @@ from alphagym.artifacts import write_parquet
 from alphagym.data.csv_source import read_csv_folder
 from alphagym.data.simulator import simulate_market
 from alphagym.errors import ConfigError
+from alphagym.params import Params
 
 RAW_COLUMNS = ["date", "ticker", "open", "high", "low", "close", "adjusted_close", "volume",
                "dividend_amount", "split_coefficient", "source_file"]
 
 
-def load_source(params: dict[str, Any]) -> tuple[pd.DataFrame, dict[str, str], dict[str, Any]]:
+def load_source(params: Params) -> tuple[pd.DataFrame, dict[str, str], dict[str, Any]]:
     """(long raw prices, ticker -> sector, ground truth or a note saying there is none)."""
-    d = params["data"]
-    src = d["source"]
+    d = params.data
+    src = d.source
     if src == "synthetic":
-        m = simulate_market(params["simulator"], calendar=d["calendar"], start=d["start"], end=d["end"],
-                            seed=int(params["seed"]))
+        m = simulate_market(params.simulator, calendar=d.calendar, start=d.start, end=d.end,
+                            seed=params.seed)
         prices = m.prices.assign(source_file="simulator")
         return prices, m.sectors, m.ground_truth
     note = {"source": src, "note": "real data: no planted effects, no ground truth"}
     if src == "csv":
-        prices, sectors = read_csv_folder(d["csv_dir"], d.get("csv_format", "auto"), d.get("universe"),
-                                          d.get("sectors_file"))
+        prices, sectors = read_csv_folder(d.csv_dir, d.csv_format, d.universe,
+                                          d.sectors_file)
         return prices, sectors, note
     if src == "yfinance":
         from alphagym.data.yfinance_source import download_universe
 
-        prices = download_universe(list(d["universe"]), d["start"], d["end"], params["yfinance"])
-        return prices, {t: "Unknown" for t in d["universe"]}, note
+        prices = download_universe(list(d.universe), d.start, d.end, params.yfinance)
+        return prices, {t: "Unknown" for t in d.universe}, note
     raise ConfigError(f"data.source must be synthetic, csv or yfinance; got {src!r}")
 
 

@@ -10,20 +10,21 @@ from alphagym.artifacts import read_json, read_parquet
 from alphagym.data.build_panel import build_panel
 from alphagym.data.sources import load_source, write_raw
 from alphagym.data.stylized import stylized_facts
+from alphagym.params import Params
 from alphagym.tracking import StageRun
 
 
-def download(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:
+def download(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:
     prices, sectors, truth = load_source(params)
-    write_raw(outs, params["data"]["source"], prices, sectors, truth)
+    write_raw(outs, params.data.source, prices, sectors, truth)
     run.log_metrics({"rows": len(prices), "tickers": len(sectors)})
     run.log_artifact(outs["meta"])
-    if params["data"]["source"] == "synthetic":
+    if params.data.source == "synthetic":
         run.log_artifact(outs["truth"])
     return {"rows": len(prices), "tickers": len(sectors)}
 
 
-def panel(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:
+def panel(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:
     meta = read_json(deps["meta"], keys=("sectors",), what="raw prices' meta")
     prices = read_parquet(deps["prices"], what="raw prices")
     train, holdout, repairs = build_panel(prices, meta["sectors"], params)

@@ -9,12 +9,12 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from alphagym.artifacts import read_parquet
 from alphagym.errors import ArtifactError, DataError, SourceUnavailableError
+from alphagym.params import YFinance
 
 YAHOO_HOST = "query1.finance.yahoo.com"
 Fetch = Callable[[str, str, str], pd.DataFrame]
@@ -59,10 +59,10 @@ def to_raw(ticker: str, hist: pd.DataFrame) -> pd.DataFrame:
     }).reset_index(drop=True)
 
 
-def download_universe(tickers: list[str], start: str, end: str, cfg: dict[str, Any],
+def download_universe(tickers: list[str], start: str, end: str, cfg: YFinance,
                       fetch: Fetch | None = None, check_network: bool = True) -> pd.DataFrame:
     """Fetch each ticker (cache first), retrying transient failures with exponential backoff."""
-    cache = Path(cfg["cache_dir"])
+    cache = Path(cfg.cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
     todo = [t for t in tickers if not (cache / f"{t}_{start}_{end}.parquet").is_file()]
     if todo and fetch is None:
@@ -84,7 +84,7 @@ def download_universe(tickers: list[str], start: str, end: str, cfg: dict[str, A
             except ArtifactError:        # cut short or garbled: a cache, so fetch it again
                 path.unlink()
         last: Exception | None = None
-        for attempt in range(int(cfg["retries"])):
+        for attempt in range(cfg.retries):
             try:
                 raw = to_raw(ticker, fetch(ticker, start, end))
                 break
@@ -92,7 +92,7 @@ def download_universe(tickers: list[str], start: str, end: str, cfg: dict[str, A
                 raise
             except Exception as exc:  # network errors of any library: retry, then report
                 last = exc
-                time.sleep(float(cfg["backoff_s"]) * 2**attempt)
+                time.sleep(cfg.backoff_s * 2**attempt)
         else:
             raise SourceUnavailableError(f"yfinance: {ticker} failed after {cfg['retries']} tries: {last}. "
                                          "Alternatives: data.source=synthetic or data.source=csv")

@@ -19,6 +19,7 @@ from alphagym.dsl.degenerate import constant_arguments, constant_call
 from alphagym.dsl.errors import ArityError, DegenerateError, LimitError, ParseError, UnknownNameError, WindowError
 from alphagym.dsl.lexer import Token, tokenize
 from alphagym.dsl.registry import ALIASES, FIELDS, GROUPS, INFIX, OPS
+from alphagym.params import Limits as LimitsParams
 
 _ADV = re.compile(r"^adv(\d+)$")
 
@@ -33,10 +34,10 @@ class Limits:
     max_chars: int = 4096
 
     @classmethod
-    def from_params(cls, params: dict | None) -> Limits:
-        if not params:
+    def from_params(cls, params: LimitsParams | None) -> Limits:
+        if params is None:
             return cls()
-        return cls(**{k: int(v) for k, v in params.items() if k in cls.__dataclass_fields__})
+        return cls(params.max_tokens, params.max_depth, params.max_window, params.max_lookback, params.max_chars)
 
 
 class FinishedCalls:

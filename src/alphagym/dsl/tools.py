@@ -13,10 +13,11 @@ from alphagym.dsl.canonical import canonical, fields_used, node_count, operators
 from alphagym.dsl.evaluate import Evaluator
 from alphagym.dsl.parser import Limits, lookback, parse
 from alphagym.panel import DSL_FIELDS, Panel
+from alphagym.params import Params
 from alphagym.pipeline import stage_table
 
 
-def default_panel(params: Any) -> Path:
+def default_panel(params: Params) -> Path:
     """The train panel the `panel` stage writes."""
     return stage_table(params)["panel"].paths("outs")["train"]
 
@@ -34,11 +35,11 @@ def summarize(values: np.ndarray) -> dict[str, float]:
     return out
 
 
-def run_eval(params: dict[str, Any], formula: str, panel_path: str | None, out: str | None) -> dict[str, Any]:
-    limits = Limits.from_params(params["dsl"]["limits"])
+def run_eval(params: Params, formula: str, panel_path: str | None, out: str | None) -> dict[str, Any]:
+    limits = Limits.from_params(params.dsl.limits)
     ast = parse(formula, limits)
     report: dict[str, Any] = {
-        "formula": formula, "canonical": canonical(ast, params["dsl"]["window_buckets"]),
+        "formula": formula, "canonical": canonical(ast, params.dsl.window_buckets),
         "nodes": node_count(ast), "lookback": lookback(ast), "fields": fields_used(ast),
         "operators": operators_used(ast)}
     panel = Panel.read_parquet(panel_path or default_panel(params))
@@ -59,8 +60,8 @@ def run_eval(params: dict[str, Any], formula: str, panel_path: str | None, out: 
     return report
 
 
-def run_alpha101(params: dict[str, Any], panel_path: str | None) -> list[dict[str, Any]]:
-    limits = Limits.from_params(params["dsl"]["limits"])
+def run_alpha101(params: Params, panel_path: str | None) -> list[dict[str, Any]]:
+    limits = Limits.from_params(params.dsl.limits)
     panel = None
     path = Path(panel_path) if panel_path else default_panel(params)
     if path.is_file():
@@ -72,7 +73,7 @@ def run_alpha101(params: dict[str, Any], panel_path: str | None) -> list[dict[st
     for a in alpha101(limits, fields):
         d = describe(a)
         if a.canonical:
-            d["canonical"] = canonical(a.ast, params["dsl"]["window_buckets"])
+            d["canonical"] = canonical(a.ast, params.dsl.window_buckets)
         if ev is not None and a.usable:
             d["coverage"] = round(float(np.isfinite(ev.evaluate(a.ast)).mean()), 4)
         rows.append(d)

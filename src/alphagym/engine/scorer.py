@@ -8,7 +8,6 @@ reaches all three at once.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 
@@ -18,6 +17,7 @@ from alphagym.engine.book import Book, daily_ic, forward_open_returns, gross_pnl
 from alphagym.engine.costs import HoldoutCosts, train_cost
 from alphagym.engine.cpcv import Slices, cpcv_statistic, make_slices, masked_sharpes
 from alphagym.panel import Panel
+from alphagym.params import Verifier as VerifierParams
 
 
 class BookScorer:
@@ -28,20 +28,19 @@ class BookScorer:
     holdout cost model instead of the flat training cost.
     """
 
-    def __init__(self, panel: Panel, verifier: Mapping[str, Any], rows: np.ndarray | None = None,
+    def __init__(self, panel: Panel, verifier: VerifierParams, rows: np.ndarray | None = None,
                  holdout_costs: bool = False) -> None:
         self.panel = panel
         self.evaluator = Evaluator(panel)
         self.fwd = forward_open_returns(panel["open"])
-        self.min_valid = int(verifier["book"]["min_valid_stocks"])
+        self.min_valid = verifier.book.min_valid_stocks
         self.rows = np.ones(panel.shape[0] - 2, bool) if rows is None else rows
-        self.train_costs = verifier["costs"]["train"]
-        self.holdout_costs = (HoldoutCosts(panel["returns"], panel["dollar_volume"], verifier["costs"]["holdout"])
+        self.train_costs = verifier.costs.train
+        self.holdout_costs = (HoldoutCosts(panel["returns"], panel["dollar_volume"], verifier.costs.holdout)
                               if holdout_costs else None)
-        c = verifier["cpcv"]
-        self.slices: Slices = make_slices(int(self.rows.sum()), c["blocks"], c["test_blocks"], c["purge"],
-                                          c["embargo"])
-        self.std_penalty = float(c["std_penalty"])
+        c = verifier.cpcv
+        self.slices: Slices = make_slices(int(self.rows.sum()), c.blocks, c.test_blocks, c.purge, c.embargo)
+        self.std_penalty = c.std_penalty
 
     def _cost(self, w: np.ndarray, to: np.ndarray) -> np.ndarray:
         if self.holdout_costs is not None:
@@ -75,7 +74,7 @@ class BookScorer:
         return self.cpcv_of_net(self.net(ast)[self.rows])
 
 
-def tail_scorer(panel: Panel, verifier: Mapping[str, Any], sessions: int | None, warmup: int) -> BookScorer:
+def tail_scorer(panel: Panel, verifier: VerifierParams, sessions: int | None, warmup: int) -> BookScorer:
     """A scorer that counts only the last `sessions` P&L rows of `panel` (all of them when `sessions` is None
     or the panel is not longer than the span and its warm-up).
 
@@ -94,7 +93,7 @@ def tail_scorer(panel: Panel, verifier: Mapping[str, Any], sessions: int | None,
     return BookScorer(sub, verifier, rows)
 
 
-def span_scorers(panel: Panel, worlds: Mapping[str, Panel], verifier: Mapping[str, Any], sessions: int | None,
+def span_scorers(panel: Panel, worlds: Mapping[str, Panel], verifier: VerifierParams, sessions: int | None,
                  warmup: int) -> tuple[dict[str, BookScorer], BookScorer | None]:
     """R3's scorers: one per stress world over the span (`tail_scorer`), and `panel`'s own over the same
     span, evaluated from the same first day (running window sums round by where they start, and rank ties

@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +22,16 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
 from alphagym.errors import PolicyError
+from alphagym.params import Adapter, AdapterKind, TinyPolicy
 
 
-def tiny_model(cfg: Mapping[str, Any], tokenizer: PreTrainedTokenizerBase, seed: int) -> LlamaForCausalLM:
+def tiny_model(cfg: TinyPolicy, tokenizer: PreTrainedTokenizerBase, seed: int) -> LlamaForCausalLM:
     """A fresh tiny Llama (`policy.tiny`), weights drawn from `seed`."""
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=int(cfg["hidden_size"]), intermediate_size=int(cfg["intermediate_size"]),
-        num_hidden_layers=int(cfg["layers"]), num_attention_heads=int(cfg["heads"]),
-        num_key_value_heads=int(cfg["kv_heads"]), max_position_embeddings=int(cfg["max_positions"]),
+        vocab_size=len(tokenizer), hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
+        num_key_value_heads=cfg.kv_heads, max_position_embeddings=cfg.max_positions,
         tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
         bos_token_id=tokenizer.bos_token_id)
     return LlamaForCausalLM(config)
@@ -72,7 +72,7 @@ def load_smollm2() -> tuple[LlamaForCausalLM, PreTrainedTokenizerBase]:
     return model.eval(), tok
 
 
-def load_hf(path: str | Path, cfg: Mapping[str, Any]) -> tuple[Any, PreTrainedTokenizerBase]:
+def load_hf(path: str | Path, nf4: bool) -> tuple[Any, PreTrainedTokenizerBase]:
     """A local Hugging Face checkpoint; with `policy.hf.nf4`, quantised to NF4 by bitsandbytes (BF16
     compute, double quantisation): on a CUDA GPU when there is one, else on the CPU (bitsandbytes >= 0.50
     runs 4-bit layers on CPU, slower than BF16 there; docs/policy.md has the measurement)."""
@@ -80,7 +80,7 @@ def load_hf(path: str | Path, cfg: Mapping[str, Any]) -> tuple[Any, PreTrainedTo
     if not (path / "config.json").is_file():
         raise PolicyError(f"policy.base_model {path} is not a Hugging Face model folder (no config.json)")
     kwargs: dict[str, Any] = {}
-    if cfg["nf4"]:
+    if nf4:
         if importlib.util.find_spec("bitsandbytes") is None:
             raise PolicyError("policy.hf.nf4 needs the bitsandbytes package (`pip install 'bitsandbytes>=0.50'`), "
                               "or set policy.hf.nf4=false")
@@ -94,11 +94,11 @@ def load_hf(path: str | Path, cfg: Mapping[str, Any]) -> tuple[Any, PreTrainedTo
     try:
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except (ImportError, RuntimeError) as exc:
-        if not cfg["nf4"]:
+        if not nf4:
             raise
         raise PolicyError(f"cannot load {path} in NF4 on {'cuda' if torch.cuda.is_available() else 'cpu'}: "
                           f"{type(exc).__name__}: {exc}. Set policy.hf.nf4=false to load it unquantised") from exc
-    if cfg["nf4"]:
+    if nf4:
         from peft import prepare_model_for_kbit_training
 
         keep_4bit_trainable(model)
@@ -124,15 +124,15 @@ def keep_4bit_trainable(model: Any) -> int:
     return len(layers)
 
 
-def wrap_adapter(model: Any, cfg: Mapping[str, Any]) -> Any:
-    """LoRA or DoRA (`policy.adapter.kind`) on the attention and MLP projections; `none` returns the model."""
-    kind = cfg["kind"]
+def wrap_adapter(model: Any, cfg: Adapter, kind: AdapterKind, dropout: float | None = None) -> Any:
+    """LoRA or DoRA (`kind`, shaped by `policy.adapter`) on the attention and MLP projections; `none` returns the
+    model. `dropout` replaces `cfg.dropout` (a rung that disables dropout passes 0)."""
     if kind == "none":
         return model
     from peft import LoraConfig, get_peft_model
 
-    config = LoraConfig(r=int(cfg["r"]), lora_alpha=int(cfg["alpha"]), lora_dropout=float(cfg["dropout"]),
-                        target_modules=list(cfg["target_modules"]), use_dora=kind == "dora", task_type="CAUSAL_LM")
+    config = LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout if dropout is None else dropout,
+                        target_modules=list(cfg.target_modules), use_dora=kind == "dora", task_type="CAUSAL_LM")
     return get_peft_model(model, config)
 
 

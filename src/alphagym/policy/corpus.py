@@ -13,7 +13,7 @@ family fits is dropped. Every pair is re-checked before it is kept.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,7 @@ from alphagym.dsl.errors import DslError
 from alphagym.dsl.parser import Limits, parse
 from alphagym.dsl.printer import plain
 from alphagym.panel import DSL_FIELDS
+from alphagym.params import Corpus
 
 BASES = ["returns", "volume", "close", "vwap", "high - low", "(close - open) / (high - low + 0.001)",
          "close / vwap", "log(volume)", "open / delay(close, 1) - 1", "close * volume", "(high + low) / 2 - close",
@@ -129,11 +130,11 @@ def assign_brief(ast: Any, cat: Catalogue, train_families: set[str], tolerance: 
     return None
 
 
-def build_corpus(score: Callable[[str], Any], cat: Catalogue, train_families: set[str], cfg: Mapping[str, Any],
+def build_corpus(score: Callable[[str], Any], cat: Catalogue, train_families: set[str], cfg: Corpus,
                  tolerance: float, limits: Limits, buckets: tuple[int, ...], seed: int,
                  progress: Callable[[Any], Any] = lambda x: x) -> tuple[pd.DataFrame, dict[str, int]]:
     """Score candidates with `score` (text -> ScoreCard), keep the valid ones that a training brief fits."""
-    texts = candidates(int(cfg["candidates"]), seed, cat.horizons, float(cfg["alpha101_share"]))
+    texts = candidates(cfg.candidates, seed, cat.horizons, cfg.alpha101_share)
     rng = np.random.default_rng([seed, 12])
     rows, counts = [], {"candidates": len(texts), "parse_errors": 0, "invalid": 0, "no_brief": 0}
     for text in progress(texts):

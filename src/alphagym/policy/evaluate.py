@@ -11,6 +11,7 @@ import numpy as np
 from alphagym.briefs.catalogue import Catalogue
 from alphagym.briefs.compliance import BriefChecker
 from alphagym.policy.model import Policy
+from alphagym.verifier.verifier import Verifier
 
 
 def answer_stats(cards_by_brief: Sequence[Sequence[Any]]) -> dict[str, float]:
@@ -28,7 +29,7 @@ def answer_stats(cards_by_brief: Sequence[Sequence[Any]]) -> dict[str, float]:
     }
 
 
-def evaluate_policy(policy: Policy, briefs: Sequence[Mapping[str, Any]], verifier: Any, cat: Catalogue,
+def evaluate_policy(policy: Policy, briefs: Sequence[Mapping[str, Any]], verifier: Verifier, cat: Catalogue,
                     tolerance: float, n: int, temperature: float, seed: int,
                     desc: str = "evaluate") -> tuple[dict[str, float], list]:
     """`n` answers per brief, scored as groups with the brief's compliance; (stats, per-brief rows).
@@ -40,7 +41,7 @@ def evaluate_policy(policy: Policy, briefs: Sequence[Mapping[str, Any]], verifie
     return answer_stats(groups), rows
 
 
-def scored_answers(policy: Policy, briefs: Sequence[Mapping[str, Any]], verifier: Any, cat: Catalogue,
+def scored_answers(policy: Policy, briefs: Sequence[Mapping[str, Any]], verifier: Verifier, cat: Catalogue,
                    tolerance: float, n: int, temperature: float, seed: int, desc: str) -> list[list[Any]]:
     """`n` answers per brief, each brief's scored as a group with its compliance: one list of cards a brief."""
     from tqdm.auto import tqdm
@@ -51,7 +52,7 @@ def scored_answers(policy: Policy, briefs: Sequence[Mapping[str, Any]], verifier
             for b, a in tqdm(list(zip(briefs, answers)), desc=f"{desc}: score", unit="brief", mininterval=2)]
 
 
-def verified_answers(policy: Policy, briefs: Sequence[Mapping[str, Any]], verifier: Any, cat: Catalogue,
+def verified_answers(policy: Policy, briefs: Sequence[Mapping[str, Any]], verifier: Verifier, cat: Catalogue,
                      tolerance: float, n: int, temperature: float, seed: int,
                      desc: str = "self-distill") -> tuple[list[tuple[str, str]], dict[str, float]]:
     """The policy's own valid answers to `briefs` (`n` drawn per brief; one per distinct canonical form

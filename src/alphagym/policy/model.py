@@ -19,6 +19,9 @@ from alphagym.artifacts import MANIFEST, verify_manifest, write_manifest
 from alphagym.dsl.parser import Limits
 from alphagym.dsl.prefix import PrefixChecker
 from alphagym.errors import ArtifactError, PolicyError
+from alphagym.params import Decoding
+from alphagym.params import Limits as LimitsParams
+from alphagym.params import Policy as PolicyParams
 from alphagym.policy.backends import (
     base_fingerprint,
     load_hf,
@@ -83,17 +86,16 @@ class Policy(Sampling, Scoring):
         return path
 
 
-def set_decoding(policy: Policy, params: Mapping[str, Any]) -> Policy:
-    """Grammar-constrained or free sampling, as `policy.decoding` says, with the `dsl.limits` the verifier
-    applies (so the decoder never allows what the verifier would refuse for its shape)."""
-    grammar = params["policy"]["decoding"] == "grammar"
-    policy.grammar = PrefixChecker(Limits.from_params(params["dsl"]["limits"])) if grammar else None
+def set_decoding(policy: Policy, decoding: Decoding, limits: LimitsParams) -> Policy:
+    """Grammar-constrained or free sampling (`policy.decoding`), with the `dsl.limits` the verifier applies (so
+    the decoder never allows what the verifier would refuse for its shape)."""
+    policy.grammar = PrefixChecker(Limits.from_params(limits)) if decoding == "grammar" else None
     return policy
 
 
-def load_policy(path: str | Path, cfg: Mapping[str, Any] | None = None, trainable: bool = False) -> Policy:
-    """A policy saved by `Policy.save`. A missing or corrupted folder, or an adapter saved on another base
-    model, is a PolicyError naming the folder."""
+def load_policy(path: str | Path, nf4: bool = False, trainable: bool = False) -> Policy:
+    """A policy saved by `Policy.save`; `nf4` loads an `hf` base in NF4 (`policy.hf.nf4`). A missing or
+    corrupted folder, or an adapter saved on another base model, is a PolicyError naming the folder."""
     path = Path(path)
     meta_path = path / META
     if not meta_path.is_file():
@@ -105,7 +107,8 @@ def load_policy(path: str | Path, cfg: Mapping[str, Any] | None = None, trainabl
         if "config_hash" in meta and meta["adapter"] and meta["backend"] != "tiny":
             raise PolicyError(f"{path} is an RL checkpoint: an adapter on the merged SFT policy, which the folder "
                               "does not hold (only the tiny backend saves its base beside the adapter); load it "
-                              "with alphagym.rl.checkpoints.at_checkpoint(sft_base(SFT_POLICY, params), path)")
+                              "with alphagym.rl.checkpoints.at_checkpoint(sft_base(SFT_POLICY, params.policy, "
+                              "params.dsl.limits), path)")
         tok = AutoTokenizer.from_pretrained(path)
         if meta["adapter"]:
             from peft import PeftModel
@@ -115,7 +118,7 @@ def load_policy(path: str | Path, cfg: Mapping[str, Any] | None = None, trainabl
             elif meta["backend"] == "smollm2":
                 base = load_smollm2()[0]
             else:
-                base = load_hf(meta["base_model"], (cfg or {}).get("hf", {"nf4": False}))[0]
+                base = load_hf(meta["base_model"], nf4)[0]
             if base_fingerprint(base) != meta["base"]:
                 raise PolicyError(f"{path} holds an adapter for another base model (fingerprint {meta['base']}, "
                                   f"this base {base_fingerprint(base)})")
@@ -133,25 +136,25 @@ def load_policy(path: str | Path, cfg: Mapping[str, Any] | None = None, trainabl
                   base_model=str(meta.get("base_model", "")))
 
 
-def build_policy(backend: str, cfg: Mapping[str, Any], corpus_texts: Sequence[str], seed: int) -> Policy:
+def build_policy(backend: str, cfg: PolicyParams, corpus_texts: Sequence[str], seed: int) -> Policy:
     """A fresh policy of `backend` from the `policy` params block: the tiny model gets a tokenizer trained
     on `corpus_texts`; pretrained bases are loaded; the adapter (if any) is wrapped on."""
-    torch.set_num_threads(int(cfg["threads"]))
+    torch.set_num_threads(cfg.threads)
     if backend == "tiny":
         from alphagym.policy.tokenizer import train_tokenizer
 
-        tok = train_tokenizer([*corpus_texts, SYSTEM_PROMPT], int(cfg["tiny"]["vocab_size"]))
-        model = tiny_model(cfg["tiny"], tok, seed)
+        tok = train_tokenizer([*corpus_texts, SYSTEM_PROMPT], cfg.tiny.vocab_size)
+        model = tiny_model(cfg.tiny, tok, seed)
     elif backend == "smollm2":
         model, tok = load_smollm2()
     elif backend == "hf":
-        if not cfg["hf"]["base_model"]:
+        if not cfg.hf.base_model:
             raise PolicyError("policy.backend=hf needs policy.hf.base_model: a local Hugging Face model folder")
-        model, tok = load_hf(cfg["hf"]["base_model"], cfg["hf"])
+        model, tok = load_hf(cfg.hf.base_model, cfg.hf.nf4)
     else:
         raise PolicyError(f"unknown policy backend {backend!r} (tiny, smollm2, hf)")
-    kind = cfg[backend]["adapter"]
+    kind = cfg[backend].adapter
     torch.manual_seed(seed)
-    model = wrap_adapter(model, {**dict(cfg["adapter"]), "kind": kind})
-    return Policy(model, tok, backend, int(cfg["max_new_tokens"]), micro_batch=int(cfg["micro_batch"]),
-                  base_model=str(cfg["hf"]["base_model"]) if backend == "hf" else "")
+    model = wrap_adapter(model, cfg.adapter, kind)
+    return Policy(model, tok, backend, cfg.max_new_tokens, micro_batch=cfg.micro_batch,
+                  base_model=cfg.hf.base_model if backend == "hf" else "")

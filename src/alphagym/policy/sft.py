@@ -19,8 +19,10 @@ from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
 from alphagym.briefs.catalogue import Catalogue
+from alphagym.params import SftRun
 from alphagym.policy.evaluate import verified_answers
 from alphagym.policy.model import Policy
+from alphagym.verifier.verifier import Verifier
 
 
 def sft_loss(policy: Policy, briefs: Sequence[str], answers: Sequence[str]) -> torch.Tensor:
@@ -29,19 +31,19 @@ def sft_loss(policy: Policy, briefs: Sequence[str], answers: Sequence[str]) -> t
     return -(lp * mask).sum() / mask.sum()
 
 
-def train_sft(policy: Policy, briefs: Sequence[str], answers: Sequence[str], cfg: Mapping[str, Any], seed: int,
+def train_sft(policy: Policy, briefs: Sequence[str], answers: Sequence[str], cfg: SftRun, seed: int,
               log: Callable[[dict[str, float], int], None] = lambda m, s: None,
               progress: Callable[[Any], Any] = lambda x: x) -> list[dict[str, float]]:
-    """Train in place; returns the curve (one row per logged step). `cfg` is the `sft` params block."""
+    """Train in place; returns the curve (one row per logged step). `cfg` is the backend's `sft` block."""
     rng = np.random.default_rng([seed, 21])
     order = rng.permutation(len(briefs))
-    n_eval = max(1, int(round(float(cfg["eval_share"]) * len(briefs))))
+    n_eval = max(1, int(round(cfg.eval_share * len(briefs))))
     ev, tr = order[:n_eval], order[n_eval:]
-    bs, epochs = int(cfg["batch_size"]), int(cfg["epochs"])
+    bs, epochs = cfg.batch_size, cfg.epochs
     steps = epochs * math.ceil(len(tr) / bs)
     params = [p for p in policy.model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=float(cfg["lr"]), weight_decay=float(cfg["weight_decay"]))
-    sched = get_cosine_schedule_with_warmup(opt, int(float(cfg["warmup_share"]) * steps), steps)
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = get_cosine_schedule_with_warmup(opt, int(cfg.warmup_share * steps), steps)
     torch.manual_seed(seed)
     curve, step = [], 0
 
@@ -63,14 +65,14 @@ def train_sft(policy: Policy, briefs: Sequence[str], answers: Sequence[str], cfg
             loss = sft_loss(policy, [briefs[i] for i in idx], [answers[i] for i in idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, float(cfg["max_grad_norm"])))
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
             opt.step()
             sched.step()
             step += 1
             next(it, None)
             row = {"step": step, "loss": loss.item(), "grad_norm": grad_norm,
                    "learning_rate": float(sched.get_last_lr()[0]), "step_time": time.perf_counter() - t0}
-            if step % int(cfg["eval_every"]) == 0 or step == steps:
+            if step % cfg.eval_every == 0 or step == steps:
                 row["eval_loss"] = eval_loss()
             curve.append(row)
             log({k: v for k, v in row.items() if k != "step"}, step)
@@ -81,8 +83,8 @@ def train_sft(policy: Policy, briefs: Sequence[str], answers: Sequence[str], cfg
 _ROUND_KEYS = {"eval_loss": "round_eval_loss"}
 
 
-def self_distill(policy: Policy, pairs: pd.DataFrame, briefs: Sequence[Mapping[str, Any]], verifier: Any,
-                 cat: Catalogue, tol: float, cfg: Mapping[str, Any], temperature: float, seed: int, first_step: int,
+def self_distill(policy: Policy, pairs: pd.DataFrame, briefs: Sequence[Mapping[str, Any]], verifier: Verifier,
+                 cat: Catalogue, tol: float, cfg: SftRun, temperature: float, seed: int, first_step: int,
                  desc: str = "self-distill", log: Callable[[dict[str, float], int], None] = lambda m, s: None
                  ) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
     """Rejection-sampling rounds after SFT (`cfg` is the backend's `sft` block, its `self_distill` the
@@ -92,18 +94,18 @@ def self_distill(policy: Policy, pairs: pd.DataFrame, briefs: Sequence[Mapping[s
     Trains the policy in place (with its decoding as set) and returns (the rounds' curve, its steps numbered
     from `first_step`, a round's held-out loss as `round_eval_loss`; one summary row per round). `log` gets
     each logged step's metrics under the curve's names."""
-    sd = cfg["self_distill"]
+    sd = cfg.self_distill
     curve: list[dict[str, float]] = []
     rounds: list[dict[str, float]] = []
-    for k in range(int(sd["rounds"])):
-        got, stats = verified_answers(policy, briefs, verifier, cat, tol, int(sd["samples"]), temperature,
+    for k in range(sd.rounds):
+        got, stats = verified_answers(policy, briefs, verifier, cat, tol, sd.samples, temperature,
                                       seed + 100 + k, desc=f"{desc} {k + 1}")
         policy.decode_stats.clear()
         row = {"round": k + 1, "drawn": stats["answers"], "valid_share": stats["valid_share"], "kept": stats["kept"]}
         if not got:                  # a policy too weak to write one valid answer: nothing to learn from
             rounds.append({**row, "replayed": 0.0, "steps": 0.0})
             continue
-        replay = pairs.sample(n=min(len(pairs), int(round(float(sd["replay"]) * len(got)))),
+        replay = pairs.sample(n=min(len(pairs), int(round(sd.replay * len(got)))),
                               random_state=seed + k)
         briefs_k = [b for b, _ in got] + list(replay["brief"])
         answers_k = [a for _, a in got] + list(replay["answer"])
@@ -112,8 +114,9 @@ def self_distill(policy: Policy, pairs: pd.DataFrame, briefs: Sequence[Mapping[s
         def log_step(m: dict[str, float], s: int, step0: int = step0) -> None:
             log({_ROUND_KEYS.get(key, key): v for key, v in m.items()}, step0 + s)
 
-        part = train_sft(policy, briefs_k, answers_k, {**cfg, "epochs": sd["epochs"], "lr": sd["lr"]}, seed + 7 + k,
-                         log=log_step, progress=lambda it, name=name: tqdm(it, desc=name, unit="step", mininterval=2))
+        round_cfg = cfg.model_copy(update={"epochs": sd.epochs, "lr": sd.lr})
+        part = train_sft(policy, briefs_k, answers_k, round_cfg, seed + 7 + k, log=log_step,
+                         progress=lambda it, name=name: tqdm(it, desc=name, unit="step", mininterval=2))
         # the round's held-out loss is on its own pairs' split, not the corpus's: kept apart
         curve += [{**{_ROUND_KEYS.get(key, key): v for key, v in r.items()}, "step": step0 + r["step"], "round": k + 1}
                   for r in part]

@@ -13,10 +13,11 @@ import torch
 from tqdm.auto import tqdm
 
 from alphagym.artifacts import read_json, read_parquet, write_parquet
-from alphagym.briefs.catalogue import load_catalogue
+from alphagym.briefs.catalogue import Catalogue, load_catalogue
 from alphagym.briefs.generate import families, read_briefs
 from alphagym.dsl.parser import Limits
 from alphagym.panel import Panel
+from alphagym.params import Params, SftEval
 from alphagym.policy.corpus import build_corpus
 from alphagym.policy.evaluate import (
     answer_stats,
@@ -25,13 +26,13 @@ from alphagym.policy.evaluate import (
     scored_answers,
 )
 from alphagym.policy.grammar import rejected_share, steered_share
-from alphagym.policy.model import build_policy, load_policy, set_decoding
+from alphagym.policy.model import Policy, build_policy, load_policy, set_decoding
 from alphagym.policy.sft import self_distill, train_sft
 from alphagym.tracking import StageRun
 from alphagym.verifier.verifier import Verifier
 
 
-def _verifier(params: Any, train_path: Path) -> Verifier:
+def _verifier(params: Params, train_path: Path) -> Verifier:
     """The train-window verifier without stress worlds: SFT and filtering do not depend on the world model
     (R3 is the RL trainer's), so these stages do not wait for it."""
     return Verifier(Panel.read_parquet(train_path), params)
@@ -41,14 +42,14 @@ def _verifier(params: Any, train_path: Path) -> Verifier:
 CORPUS_COLUMNS = ("brief", "answer", "formula")
 
 
-def corpus(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:
+def corpus(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:
     cat = load_catalogue()
     held = set(read_json(deps["briefs_summary"], keys=("holdout_families",), what="briefs summary")["holdout_families"])
     verifier = _verifier(params, deps["train"])
-    limits = Limits.from_params(params["dsl"]["limits"])
-    df, counts = build_corpus(lambda f: verifier.score(f), cat, set(families(cat)) - held, params["sft"]["corpus"],
-                              float(params["briefs"]["horizon_tolerance"]), limits,
-                              tuple(params["dsl"]["window_buckets"]), int(params["seed"]),
+    limits = Limits.from_params(params.dsl.limits)
+    df, counts = build_corpus(lambda f: verifier.score(f), cat, set(families(cat)) - held, params.sft.corpus,
+                              params.briefs.horizon_tolerance, limits,
+                              tuple(params.dsl.window_buckets), params.seed,
                               progress=lambda it: tqdm(it, desc="corpus", unit="formula", mininterval=2))
     leak = sorted(set(df["family"]) & held)
     assert not leak, f"corpus pairs from held-out families {leak}"
@@ -61,15 +62,37 @@ def corpus(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: Stage
     return summary
 
 
-def sft(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun, item: str) -> dict[str, Any]:
-    seed, cat = int(params["seed"]), load_catalogue()
-    pcfg, scfg = params["policy"], params["sft"][item]
+def _evaluate_on_holdout(policy: Policy, holdout: list[dict[str, Any]], verifier: Verifier, cat: Catalogue,
+                         tol: float, ev: SftEval, seed: int, params: Params, desc: str
+                         ) -> tuple[dict[str, Any], dict[str, Any] | None, list[dict[str, Any]]]:
+    """The policy on the holdout briefs with the configured decoding, and (when that is the grammar) without it:
+    what the model itself writes, and what the constrained sampler makes of it. Returns (the decoding's stats
+    with its decoder counts, the free decoding's stats or None, the decoding's answer rows); the policy is left
+    with the configured decoding."""
+    set_decoding(policy, params.policy.decoding, params.dsl.limits)
+    stats, rows = evaluate_policy(policy, holdout, verifier, cat, tol, ev.samples, ev.temperature, seed, desc=desc)
+    stats["decode_rejected_share"] = rejected_share(policy.decode_stats)
+    stats["decode_steered_share"] = steered_share(policy.decode_stats)
+    stats["decode_dead_ends"] = policy.decode_stats.get("dead_ends", 0)
+    policy.decode_stats.clear()
+    free = None
+    if params.policy.decoding == "grammar":
+        policy.grammar = None
+        free, _ = evaluate_policy(policy, holdout, verifier, cat, tol, ev.samples, ev.temperature, seed,
+                                  desc=f"{desc} free")
+        set_decoding(policy, params.policy.decoding, params.dsl.limits)
+    return stats, free, rows
+
+
+def sft(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: StageRun, item: str) -> dict[str, Any]:
+    seed, cat = params.seed, load_catalogue()
+    pcfg, scfg = params.policy, params.sft[item]
     pairs = read_parquet(deps["corpus"], columns=CORPUS_COLUMNS, what="SFT corpus")
     corpus_pairs = len(pairs)
-    if scfg["max_formula_chars"]:
-        pairs = pairs[pairs["formula"].str.len() <= int(scfg["max_formula_chars"])].reset_index(drop=True)
-    if scfg["max_pairs"]:
-        pairs = pairs.sample(n=min(len(pairs), int(scfg["max_pairs"])), random_state=seed)
+    if scfg.max_formula_chars:
+        pairs = pairs[pairs["formula"].str.len() <= scfg.max_formula_chars].reset_index(drop=True)
+    if scfg.max_pairs:
+        pairs = pairs.sample(n=min(len(pairs), scfg.max_pairs), random_state=seed)
     holdout = read_briefs(deps["briefs_holdout"], cat)
     policy = build_policy(item, pcfg, [*pairs["brief"], *pairs["answer"]], seed)
     # answers longer than the cap would be cut mid-formula: train only on what the policy may write
@@ -77,27 +100,19 @@ def sft(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun
             for a in pairs["answer"]]
     pairs = pairs[np.array(fits, bool)].reset_index(drop=True)
     verifier = _verifier(params, deps["train"])
-    tol, ev = float(params["briefs"]["horizon_tolerance"]), params["sft"]["eval"]
+    tol, ev = params.briefs.horizon_tolerance, params.sft.eval
     n_params = sum(p.numel() for p in policy.model.parameters())
     n_train = sum(p.numel() for p in policy.model.parameters() if p.requires_grad)
     report: dict[str, Any] = {"backend": item, "corpus_pairs": corpus_pairs, "pairs": len(pairs),
                               "parameters": n_params, "trainable_parameters": n_train, "holdout_briefs": len(holdout)}
-    grammar = params["policy"]["decoding"] == "grammar"
+    grammar = params.policy.decoding == "grammar"
 
     def evaluate(key: str, seed: int) -> list:
-        """`key` with the configured decoding and, when that is the grammar, `key_free` without it: what
-        the model itself writes, and what the constrained sampler makes of it."""
-        set_decoding(policy, params)
-        report[key], rows = evaluate_policy(policy, holdout, verifier, cat, tol, int(ev["samples"]),
-                                            float(ev["temperature"]), seed, desc=f"{item} {key}")
-        report[key]["decode_rejected_share"] = rejected_share(policy.decode_stats)
-        report[key]["decode_steered_share"] = steered_share(policy.decode_stats)
-        report[key]["decode_dead_ends"] = policy.decode_stats.get("dead_ends", 0)
-        policy.decode_stats.clear()
-        if grammar:
-            policy.grammar = None
-            report[f"{key}_free"], _ = evaluate_policy(policy, holdout, verifier, cat, tol, int(ev["samples"]),
-                                                       float(ev["temperature"]), seed, desc=f"{item} {key} free")
+        stats, free, rows = _evaluate_on_holdout(policy, holdout, verifier, cat, tol, ev, seed, params,
+                                                 desc=f"{item} {key}")
+        report[key] = stats
+        if free is not None:
+            report[f"{key}_free"] = free
         return rows
 
     if item != "tiny":       # a pretrained model before SFT: the zero-shot baseline
@@ -105,18 +120,18 @@ def sft(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun
     curve = train_sft(policy, list(pairs["brief"]), list(pairs["answer"]), scfg, seed,
                       log=lambda m, s: run.log_metrics({f"sft/{k}": v for k, v in m.items()}, step=s),
                       progress=lambda it: tqdm(it, desc=f"sft {item}", unit="step", mininterval=2))
-    set_decoding(policy, params)
+    set_decoding(policy, params.policy.decoding, params.dsl.limits)
     part, report["self_distill"] = self_distill(
         policy, pairs, read_briefs(deps["briefs_train"], cat), verifier, cat, tol, scfg,
-        float(params["sft"]["eval"]["temperature"]), seed, first_step=len(curve), desc=f"{item} self-distill",
+        params.sft.eval.temperature, seed, first_step=len(curve), desc=f"{item} self-distill",
         log=lambda m, s: run.log_metrics({f"sft/{k}": v for k, v in m.items()}, step=s))
     curve += part
     for r in report["self_distill"]:
         run.log_metrics({f"self_distill/{k}": v for k, v in r.items()})
     rows = evaluate("after", seed + 1)
     report["random_valid_baseline"] = random_valid_baseline(
-        list(pairs["formula"]), holdout, cat, tol, int(ev["samples"]), seed,
-        Limits.from_params(params["dsl"]["limits"]))
+        list(pairs["formula"]), holdout, cat, tol, ev.samples, seed,
+        Limits.from_params(params.dsl.limits))
     report["final_loss"] = curve[-1]["loss"]
     report["final_eval_loss"] = next((r["eval_loss"] for r in reversed(curve) if "eval_loss" in r), None)
     report["sft_seconds"] = float(sum(r["step_time"] for r in curve))
@@ -146,17 +161,18 @@ def select_briefs(table: pd.DataFrame, samples: int, min_kept: int) -> tuple[pd.
     return table.index.isin(keep), f"fewer than {min_kept} solved sometimes: the {min_kept} closest to break-even"
 
 
-def filter_briefs(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:
+def filter_briefs(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:
     """Sample `filter.samples` answers per training brief; a brief is solved by a valid answer with train
     CPCV > 0. Keep the briefs solved sometimes but not always; when fewer than `filter.min_kept` qualify,
     keep that many closest to break-even (best answer's CPCV nearest 0)."""
-    cfg, cat, seed = params["filter"], load_catalogue(), int(params["seed"])
-    torch.set_num_threads(int(params["policy"]["threads"]))
+    cfg, cat, seed = params.filter, load_catalogue(), params.seed
+    torch.set_num_threads(params.policy.threads)
     briefs = read_briefs(deps["briefs_train"], cat)
-    policy = set_decoding(load_policy(deps["policy"], params["policy"]), params)
+    policy = set_decoding(load_policy(deps["policy"], params.policy.hf.nf4), params.policy.decoding,
+                          params.dsl.limits)
     verifier = _verifier(params, deps["train"])
-    tol = float(params["briefs"]["horizon_tolerance"])
-    groups = scored_answers(policy, briefs, verifier, cat, tol, int(cfg["samples"]), float(cfg["temperature"]), seed,
+    tol = params.briefs.horizon_tolerance
+    groups = scored_answers(policy, briefs, verifier, cat, tol, cfg.samples, cfg.temperature, seed,
                             desc="filter: sample")
     rows = []
     for b, cards in zip(briefs, groups):
@@ -166,8 +182,8 @@ def filter_briefs(params: Any, deps: dict[str, Path], outs: dict[str, Path], run
                      "valid": int(sum(c.valid for c in cards)),
                      "compliant": int(sum(c.metrics.get("compliant", 0.0) for c in cards))})
     table = pd.DataFrame(rows)
-    n = int(cfg["samples"])
-    partial, rule = select_briefs(table, n, int(cfg["min_kept"]))
+    n = cfg.samples
+    partial, rule = select_briefs(table, n, cfg.min_kept)
     kept = [b for b, k in zip(briefs, partial) if k]
     from alphagym.briefs.generate import write_briefs
 

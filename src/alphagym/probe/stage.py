@@ -19,7 +19,7 @@ from alphagym.artifacts import read_json, write_parquet
 from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.generate import read_briefs
 from alphagym.panel import Panel
-from alphagym.params import resolve_rung
+from alphagym.params import Params, resolve_rung
 from alphagym.probe.probe import answer_rows, holdout_phase, holdout_table, pass_at_k, train_book_table, train_table
 from alphagym.probe.select import SELECTORS, select_checkpoint
 from alphagym.rl.checkpoints import at_checkpoint, list_checkpoints, set_threads, sft_base
@@ -27,25 +27,25 @@ from alphagym.tracking import StageRun
 from alphagym.verifier.verifier import Verifier
 
 
-def probe(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun, item: str) -> dict[str, Any]:
+def probe(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: StageRun, item: str) -> dict[str, Any]:
     resolved = resolve_rung(params, item)
     rung_name, recipe = resolved.name, resolved.recipe
-    rung = params["rl"]["rungs"][rung_name]
+    rung = params.rl.rungs[rung_name]
     set_threads(recipe)
-    for k, v in (("rung", rung_name), ("parent", rung["parent"]), ("change", rung["change"]), ("item", item)):
+    for k, v in (("rung", rung_name), ("parent", rung.parent), ("change", rung.change), ("item", item)):
         run.set_tag(k, v)
     run.nest_under(f"train@{item}")
-    cat, tol, seed = load_catalogue(), float(params["briefs"]["horizon_tolerance"]), int(params["seed"])
+    cat, tol, seed = load_catalogue(), params.briefs.horizon_tolerance, params.seed
     briefs = read_briefs(deps["briefs_holdout"], cat)
     checkpoints = [(0, None), *list_checkpoints(deps["checkpoints"])]
-    base = sft_base(deps["policy"], params)
+    base = sft_base(deps["policy"], params.policy, params.dsl.limits)
     base.max_new_tokens, base.micro_batch = recipe.max_new_tokens, recipe.micro_batch
 
     # phase 1: greedy answers, scored on the train window only
     train_v = Verifier(Panel.read_parquet(deps["train"]), params)
     rows: list[dict[str, Any]] = []
     train_pnls: list[Any] = []
-    k, temp = int(params["probe"]["pass_k"]), float(params["probe"]["temperature"])
+    k, temp = params.probe.pass_k, params.probe.temperature
     passes: dict[int, float] = {}
     for step, folder in tqdm(checkpoints, desc=f"probe {item}", unit="ckpt"):
         policy = at_checkpoint(base, folder)
@@ -60,10 +60,10 @@ def probe(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageR
     train = train_table(answers, train_pnls)
     if k:
         train["pass_at_k"] = train["step"].map(passes)
-    caps = params["books"]
-    train = train.merge(train_book_table(answers, train_pnls, float(caps["min_turnover"]), float(caps["max_corr"])),
+    caps = params.books
+    train = train.merge(train_book_table(answers, train_pnls, caps.min_turnover, caps.max_corr),
                         on="step")
-    selector = str(params["probe"]["selector"])
+    selector = params.probe.selector
     picks = {name: select_checkpoint(train, name) for name in SELECTORS}
     shipped = picks[selector]
 
@@ -72,7 +72,7 @@ def probe(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageR
     answers, books, holdout_pnls = holdout_phase(answers, holdout_v)
     market = holdout_v.market[holdout_v.rows]
     table = train.merge(holdout_table(answers, books, market, holdout_pnls, train_pnls,
-                                      float(caps["min_turnover"]), float(caps["max_corr"]),
+                                      caps.min_turnover, caps.max_corr,
                                       _planted(deps["truth"], holdout_v)), on="step")
     table["shipped"] = table["step"] == shipped
 
@@ -87,7 +87,7 @@ def probe(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageR
     # shows a metric's last step) compares the rungs on what they ship: holdout score, families, bets, coverage
     run.log_metrics({f"shipped/{k}": float(v) for k, v in ship.items()
                      if k not in ("shipped",) and isinstance(v, int | float | np.number) and np.isfinite(v)})
-    summary = {"rung": rung_name, "item": item, "parent": rung["parent"], "change": rung["change"],
+    summary = {"rung": rung_name, "item": item, "parent": rung.parent, "change": rung.change,
                "checkpoints": [int(s) for s in table["step"]], "shipped_step": shipped,
                "selector": selector, "shipped": _plain(ship), "step0": _plain(step0),
                "picks": {name: _plain(table.loc[table["step"] == step].iloc[0]) for name, step in picks.items()},

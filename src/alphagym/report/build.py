@@ -15,6 +15,7 @@ import pandas as pd
 
 from alphagym.artifacts import read_json, read_jsonl, read_parquet
 from alphagym.errors import ArtifactError
+from alphagym.params import Rung
 from alphagym.pipeline import split_replica
 
 ROLES = ("log", "train", "checkpoints", "answers", "table", "probe", "books", "daily")
@@ -42,10 +43,10 @@ class RungResult:
         return not self.missing
 
 
-def load_rung(item: str, files: Mapping[str, Path], rungs: Mapping[str, Any]) -> RungResult:
+def load_rung(item: str, files: Mapping[str, Path], rungs: Mapping[str, Rung]) -> RungResult:
     rung, k = split_replica(item)
     block = rungs[rung]
-    res = RungResult(item, rung, k, block["parent"], block["change"])
+    res = RungResult(item, rung, k, block.parent, block.change)
     res.missing = [f"{role}: {files[role]}" for role in ROLES if not Path(files[role]).exists()]
     if res.missing:
         return res

@@ -17,7 +17,7 @@ from typing import Any
 from alphagym.artifacts import read_json, write_parquet
 from alphagym.briefs.generate import read_briefs
 from alphagym.errors import DataError
-from alphagym.params import Rl
+from alphagym.params import Params, Rl
 from alphagym.report import plots
 from alphagym.report.build import (
     BET_TABLE_COLUMNS,
@@ -53,10 +53,10 @@ BOOK_KEYS = ("answers", "return", "sharpe", "max_drawdown", "beta", "market_corr
              "mean_pairwise_corr", "effective_bets")
 
 
-def report(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:
-    rl = Rl.model_validate(params["rl"])
+def report(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:
+    rl = Rl.model_validate(params.rl)
     items = list(dict.fromkeys(k.split("@", 1)[1] for k in deps if "@" in k))
-    results = [load_rung(i, {role: deps[f"{role}@{i}"] for role in ROLES}, params["rl"]["rungs"]) for i in items]
+    results = [load_rung(i, {role: deps[f"{role}@{i}"] for role in ROLES}, params.rl.rungs) for i in items]
     if not any(r.ok for r in results):
         raise DataError("no_rungs", "no rung has finished its train, probe and books stages: nothing to report "
                         f"(missing: {results[0].missing if results else 'no rungs declared'})")
@@ -157,14 +157,15 @@ def _ship_adapter(ship: RungResult, rl: Rl, folder: Path) -> None:
         card += ["## Loading", "", "A peft adapter (Hugging Face format) on the SFT policy (merged, when it has an "
                  "adapter itself). With the SFT policy folder at hand:", "", "```python",
                  "from alphagym.rl.checkpoints import sft_base, at_checkpoint",
-                 "policy = at_checkpoint(sft_base('results/sft/tiny/policy', params), Path(ADAPTER))",
+                 "base = sft_base('results/sft/tiny/policy', params.policy, params.dsl.limits)",
+                 "policy = at_checkpoint(base, Path(ADAPTER))",
                  "policy.generate([brief], n=1, temperature=0.0)", "```", "",
                  "or `peft.PeftModel.from_pretrained(base, ADAPTER)` on the same base (`base/` holds the tiny "
                  "base model)."]
     (folder / "README.md").write_text("\n".join(card) + "\n")
 
 
-def _markdown(params: Any, results: list[RungResult], rows: list[dict[str, Any]], spread: list[dict[str, Any]],
+def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, Any]], spread: list[dict[str, Any]],
               floor: float | None, ship: RungResult, best: RungResult, targets: dict[str, Any]) -> str:
     md = ["# alphagym ladder report", "",
           f"Policy `{params['rl']['policy']}`, seed {params['seed']}, {len(results)} rung runs "
@@ -241,13 +242,13 @@ def _markdown(params: Any, results: list[RungResult], rows: list[dict[str, Any]]
     return "\n".join(md)
 
 
-def _export(params: Any, deps: dict[str, Path], results: list[RungResult], rows: list[dict[str, Any]],
+def _export(params: Params, deps: dict[str, Path], results: list[RungResult], rows: list[dict[str, Any]],
             spread: list[dict[str, Any]], ship: RungResult) -> dict[str, Any]:
     return {
-        "rewards": {"channels": list(ch.CHANNELS), "priorities": dict(params["verifier"]["priorities"]),
+        "rewards": {"channels": list(ch.CHANNELS), "priorities": dict(params.verifier.priorities),
                     "definitions": {c.id: f"{c.r} ({c.scope}): {c.doc}. {(c.fn.__doc__ or '').strip()}"
                                     for c in ch.REGISTRY}},
-        "world_model": {"config": dict(params["worldmodel"]), "jepa_stress": dict(params["verifier"]["jepa_stress"]),
+        "world_model": {"config": dict(params.worldmodel), "jepa_stress": dict(params.verifier.jepa_stress),
                         "gates": read_json(deps["gates"], what="world-model gate report")},
         "ladder": rows, "seeds": spread, "shipped": {"rung": ship.item, "step": ship.probe["shipped_step"]},
         "rungs": {r.item: {"ok": r.ok, "missing": r.missing, "parent": r.parent, "change": r.change,

@@ -59,14 +59,14 @@ class VerifierEnv:
         self.verifier, self.catalogue, self.tolerance = verifier, catalogue, tolerance
         cfg = verifier.cfg
         # the verifier's priorities, with the recipe's reward_weights (a reward rung's change) over them
-        self.priorities = {**dict(cfg["priorities"]), **dict(reward_weights or {})}
+        self.priorities = {**dict(cfg.priorities), **dict(reward_weights or {})}
         if cache:
             verifier.enable_cache(cache)
         self._counted = (verifier.cache_lookups, verifier.cache_hits)
         # every distinct valid formula the rung has written, with its train numbers: the archive book's pool
         self.written: dict[str, dict[str, float]] = {}
         # the families of each recent step's valid answers, newest last (R13's memory)
-        self.recent: deque[dict[str, int]] = deque(maxlen=int(cfg["crowding"]["window"]))
+        self.recent: deque[dict[str, int]] = deque(maxlen=cfg.crowding.window)
 
     def score(self, answers: Sequence[str], brief: Mapping[str, Any]) -> list[Scored]:
         checker = BriefChecker(brief, self.catalogue, self.tolerance)
@@ -88,7 +88,7 @@ class VerifierEnv:
         for c in self.recent:
             recent.update(c)
         values = ch.crowding([[s.canonical if s.valid else None for s in g] for g in scored], recent,
-                             self.verifier.cfg["crowding"])
+                             self.verifier.cfg.crowding)
         for g, row in zip(scored, values, strict=True):
             for s, v in zip(g, row, strict=True):
                 s.channels["crowding"] = v

@@ -25,7 +25,7 @@ from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.generate import read_briefs
 from alphagym.config import to_builtin
 from alphagym.panel import Panel
-from alphagym.params import resolve_rung, split_replica
+from alphagym.params import Params, resolve_rung, split_replica
 from alphagym.policy.backends import disable_dropout, wrap_adapter
 from alphagym.rl.checkpoints import set_threads, sft_base
 from alphagym.rl.env import VerifierEnv
@@ -37,49 +37,48 @@ from alphagym.verifier.loading import load_kept_worlds
 from alphagym.verifier.verifier import Verifier
 
 
-def build_trainer(params: Any, deps: dict[str, Path], item: str, work: Path | None,
+def build_trainer(params: Params, deps: dict[str, Path], item: str, work: Path | None,
                   log: Any = lambda m, s: None) -> Trainer:
     """The trainer of one rung, or of a seed replica `RUNG-sK` (the same rung with seed + K)."""
     rung = resolve_rung(params, item)
     recipe = rung.recipe
     set_threads(recipe)
     seed, cat = rung.seed, load_catalogue()
-    policy = sft_base(deps["policy"], params)
+    policy = sft_base(deps["policy"], params.policy, params.dsl.limits)
     torch.manual_seed(seed)
-    adapter = {**dict(params["policy"]["adapter"]), "kind": recipe.adapter}
-    if recipe.disable_dropout:        # dropout 0 at build time: peft's identity path, no masks drawn
-        adapter["dropout"] = 0.0
+    if recipe.disable_dropout:        # adapter dropout 0 at build time: peft's identity path, no masks drawn
         disable_dropout(policy.model)     # and whatever dropout the base model has
-    policy.model = wrap_adapter(policy.model, adapter)
+    policy.model = wrap_adapter(policy.model, params.policy.adapter, recipe.adapter,
+                                dropout=0.0 if recipe.disable_dropout else None)
     policy.max_new_tokens, policy.micro_batch = recipe.max_new_tokens, recipe.micro_batch
     worlds = (load_kept_worlds(deps["gates"], deps["worlds"])
-              if params["verifier"]["jepa_stress"]["enabled"] else {})
+              if params.verifier.jepa_stress.enabled else {})
     verifier = Verifier(Panel.read_parquet(deps["train"]), params, NoveltyArchive.load(deps["archive"]),
                         stress_worlds=worlds)
-    env = VerifierEnv(verifier, cat, float(params["briefs"]["horizon_tolerance"]), cache=recipe.score_cache,
+    env = VerifierEnv(verifier, cat, params.briefs.horizon_tolerance, cache=recipe.score_cache,
                       reward_weights=recipe.reward_weights)
     briefs = read_briefs(deps["briefs_filtered" if recipe.briefs == "filtered" else "briefs_train"], cat)
     return Trainer(policy, env, briefs, recipe, seed, work, log, context=run_context(params, deps))
 
 
-def run_context(params: Any, deps: dict[str, Path]) -> dict[str, Any]:
+def run_context(params: Params, deps: dict[str, Path]) -> dict[str, Any]:
     """What a checkpoint must have been trained on, besides its recipe and seed, to be continued: the stage's
     other params (the verifier's costs, CPCV, ...) and the sha256 of every input (the panel, the archive, the
     worlds, the briefs, the SFT policy). A rerun after any of them changed starts afresh or stops, never
     continues another run's work (`Trainer.read_checkpoint`)."""
     others = {k: v for k, v in to_builtin(params).items() if k not in ("seed", "rl")}
-    others["rl"] = {k: v for k, v in to_builtin(params["rl"]).items() if k not in ("recipe", "rungs")}
+    others["rl"] = {k: v for k, v in to_builtin(params.rl).items() if k not in ("recipe", "rungs")}
     return {"params": others, "inputs": {role: digest(path) for role, path in sorted(deps.items())}}
 
 
-def train(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun, item: str) -> dict[str, Any]:
-    rung = params["rl"]["rungs"][split_replica(item)[0]]
+def train(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: StageRun, item: str) -> dict[str, Any]:
+    rung = params.rl.rungs[split_replica(item)[0]]
     work = outs["work"]
     log_path = work / "log.jsonl"
     run.set_tag("rung", split_replica(item)[0])
     run.set_tag("replica", str(split_replica(item)[1]))
-    run.set_tag("parent", rung["parent"])
-    run.set_tag("change", rung["change"])
+    run.set_tag("parent", rung.parent)
+    run.set_tag("change", rung.change)
 
     def log(metrics: dict[str, float], step: int) -> None:
         run.log_metrics(metrics, step=step)
@@ -103,7 +102,7 @@ def train(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageR
     curves_figure(history, item, outs["curves"])
     first = [h["core_score/mean"] for h in history[:50]]
     last50 = [h["core_score/mean"] for h in history[-50:]]
-    summary = {"rung": item, "parent": rung["parent"], "change": rung["change"], "steps": len(history),
+    summary = {"rung": item, "parent": rung.parent, "change": rung.change, "steps": len(history),
                "resumed_from": resumed_from,
                "core_score_first50": sum(first) / len(first), "core_score_last50": sum(last50) / len(last50),
                "reward_first50": sum(h["reward"] for h in history[:50]) / len(first),

@@ -45,6 +45,7 @@ from alphagym.rl.advantages import group_advantages
 from alphagym.rl.controllers import AdaptiveClip, ZetaThermostat
 from alphagym.rl.env import Environment, Scored
 from alphagym.rl.losses import policy_loss, repo_r, top_entropy_mask
+from alphagym.verifier.channels import combined
 from alphagym.verifier.verifier import EVALUATOR_ERROR
 
 STATE = "trainer_state.pt"
@@ -62,7 +63,7 @@ def step_seed(seed: int, step: int, stream: int) -> int:
 RESUMABLE_KEYS = ("steps", "checkpoint_every", "score_cache")
 
 
-def config_hash(recipe: Mapping[str, Any], seed: int, base: str, context: Mapping[str, Any] | None = None) -> str:
+def config_hash(recipe: RlRecipe, seed: int, base: str, context: Mapping[str, Any] | None = None) -> str:
     """What a checkpoint must match to be resumed: the recipe (but RESUMABLE_KEYS), the seed, the base model,
     and the run's context (the stage's other params and its inputs' digests, `rl/stage.py`)."""
     kept = {k: v for k, v in to_builtin(recipe).items() if k not in RESUMABLE_KEYS}
@@ -121,7 +122,8 @@ class Trainer:
         rounds = replaced = 0
         if self.cfg.refill.enabled:
             for r in range(self.cfg.refill.max_rounds):
-                flat = [i for i, g in enumerate(scored) if np.std([self._combined(s) for s in g]) < 1e-12]
+                flat = [i for i, g in enumerate(scored)
+                        if np.std([combined(s.channels, self.env.priorities) for s in g]) < 1e-12]
                 if not flat:
                     break
                 rounds += 1
@@ -145,10 +147,6 @@ class Trainer:
         self.env.commit([s for g in scored for s in g])
         timing["time/scoring"] += time.perf_counter() - t3
         return briefs, answers, scored, timing
-
-    def _combined(self, s: Scored) -> float:
-        """The priority-weighted sum of the raw channels: TRL's `reward` (what a single-reward run sees)."""
-        return float(sum(self.env.priorities.get(k, 0.0) * v for k, v in s.channels.items()))
 
     # --- 3. advantages ------------------------------------------------------------------------------------------
     def advantages(self, scored: Sequence[Sequence[Scored]]) -> np.ndarray:
@@ -229,8 +227,8 @@ class Trainer:
         flat_a = [a for g in answers for a in g]
         flat_s = [s for g in scored for s in g]
         upd = self.update(flat_b, flat_a, adv)
-        rewards = np.array([self._combined(s) for s in flat_s])
-        group_std = [float(np.std([self._combined(s) for s in g])) for g in scored]
+        rewards = np.array([combined(s.channels, self.env.priorities) for s in flat_s])
+        group_std = [float(np.std([combined(s.channels, self.env.priorities) for s in g])) for g in scored]
         lengths = [len(self.policy.tokenizer(a, add_special_tokens=False)["input_ids"]) for a in flat_a]
         m: dict[str, float] = {
             "reward": float(rewards.mean()), "reward_std": float(np.mean(group_std)),

@@ -12,11 +12,23 @@ import numpy as np
 
 from alphagym.dsl.ast import Call, Field, Node, Num
 from alphagym.dsl.registry import OPS
+from alphagym.params import (
+    Complexity,
+    Crowding,
+    FactorNeutrality,
+    Format,
+    Ic,
+    MinTurnover,
+    MotifGuard,
+    NoveltyPnl,
+    NoveltySyntax,
+    Turnover,
+)
 
 
-def factor_neutrality(raw_sharpe: float, residual_sharpe: float, cfg: dict[str, Any]) -> float:
+def factor_neutrality(raw_sharpe: float, residual_sharpe: float, cfg: FactorNeutrality) -> float:
     """R4: -0.4 * clip(raw - residual Sharpe, 0, 3). Sharpe 1.5 -> 0.3 after factors pays -0.48."""
-    return -cfg["scale"] * float(np.clip(raw_sharpe - residual_sharpe, 0.0, cfg["clip"])) + 0.0
+    return -cfg.scale * float(np.clip(raw_sharpe - residual_sharpe, 0.0, cfg.clip)) + 0.0
 
 
 def jepa_stress(base_cpcv: float, world_cpcvs: list[float], scale: float) -> float:
@@ -26,14 +38,14 @@ def jepa_stress(base_cpcv: float, world_cpcvs: list[float], scale: float) -> flo
     return -min(1.0, scale * float(np.log1p(np.mean(drops)))) + 0.0 if drops else 0.0
 
 
-def turnover_penalty(turnover: float, cfg: dict[str, Any]) -> float:
+def turnover_penalty(turnover: float, cfg: Turnover) -> float:
     """R5: -2 * max(0, turnover - 0.5)."""
-    return -cfg["slope"] * max(0.0, turnover - cfg["cap"]) + 0.0      # + 0.0: no -0.0 in score cards
+    return -cfg.slope * max(0.0, turnover - cfg.cap) + 0.0      # + 0.0: no -0.0 in score cards
 
 
-def min_turnover(turnover: float, cfg: dict[str, Any]) -> float:
+def min_turnover(turnover: float, cfg: MinTurnover) -> float:
     """R6: 0 at >= 6%/day; a linear ramp to -1 between 6% and 3%; -1 from 3% to 2% (below 2%: invalid)."""
-    free, ramp_to = cfg["free"], cfg["ramp_to"]
+    free, ramp_to = cfg.free, cfg.ramp_to
     if turnover >= free:
         return 0.0
     if turnover <= ramp_to:
@@ -41,36 +53,36 @@ def min_turnover(turnover: float, cfg: dict[str, Any]) -> float:
     return -(free - turnover) / (free - ramp_to)
 
 
-def ic_channel(ic: float, cpcv: float, cfg: dict[str, Any]) -> float:
+def ic_channel(ic: float, cpcv: float, cfg: Ic) -> float:
     """R7: 0.2 * clip(20 * IC, -1, 1), at most 0.05 while CPCV <= 0. IC 0.05 earns the full 0.2."""
-    value = cfg["weight"] * float(np.clip(cfg["scale"] * ic, -1.0, 1.0))
-    return min(value, cfg["cap_when_cpcv_nonpositive"]) if cpcv <= 0 else value
+    value = cfg.weight * float(np.clip(cfg.scale * ic, -1.0, 1.0))
+    return min(value, cfg.cap_when_cpcv_nonpositive) if cpcv <= 0 else value
 
 
-def novelty_pnl(max_corr: float, cfg: dict[str, Any]) -> float:
+def novelty_pnl(max_corr: float, cfg: NoveltyPnl) -> float:
     """R8: 0.4 * (1 - max |corr|) against the archive; a near duplicate (>= 0.95) pays -0.4."""
-    if max_corr >= cfg["duplicate_corr"]:
-        return cfg["duplicate_penalty"]
-    return cfg["weight"] * (1.0 - max_corr)
+    if max_corr >= cfg.duplicate_corr:
+        return cfg.duplicate_penalty
+    return cfg.weight * (1.0 - max_corr)
 
 
-def novelty_syntax(max_corr: float, seen_before: bool, same_in_group: int, cfg: dict[str, Any]) -> float:
+def novelty_syntax(max_corr: float, seen_before: bool, same_in_group: int, cfg: NoveltySyntax) -> float:
     """R9: 0.2 * (1 - max |corr|) for a never-seen canonical form whose book is not one already seen (max
     |corr| below `same_book_corr`, 0.95: `rank(rank(X) * rank(X))` is `rank(X)`'s book under another form);
     -0.3 per other group answer sharing its form."""
-    fresh = not seen_before and max_corr < cfg["same_book_corr"]
-    base = cfg["weight"] * (1.0 - max_corr) if fresh else 0.0
-    return base + cfg["same_group_penalty"] * same_in_group
+    fresh = not seen_before and max_corr < cfg.same_book_corr
+    base = cfg.weight * (1.0 - max_corr) if fresh else 0.0
+    return base + cfg.same_group_penalty * same_in_group
 
 
-def complexity(nodes: int, cfg: dict[str, Any]) -> float:
+def complexity(nodes: int, cfg: Complexity) -> float:
     """R11: -0.02 per expression node beyond 24."""
-    return cfg["per_node"] * max(0, nodes - cfg["free_nodes"]) + 0.0
+    return cfg.per_node * max(0, nodes - cfg.free_nodes) + 0.0
 
 
-def format_bonus(has_reasoning: bool, cfg: dict[str, Any]) -> float:
+def format_bonus(has_reasoning: bool, cfg: Format) -> float:
     """R12: +0.05 for a reasoning block before the answer."""
-    return cfg["reasoning_bonus"] if has_reasoning else 0.0
+    return cfg.reasoning_bonus if has_reasoning else 0.0
 
 
 def pbo_penalties(insample: np.ndarray, oos: np.ndarray, floor: float) -> np.ndarray:
@@ -103,13 +115,13 @@ def is_bare_motif(node: Node) -> bool:
             and isinstance(node.args[0], Field))
 
 
-def motif_guard_applies(node: Node, fields: list[str], ic: float, cfg: dict[str, Any]) -> bool:
+def motif_guard_applies(node: Node, fields: list[str], ic: float, cfg: MotifGuard) -> bool:
     """R10: a bare motif or a price-only formula (no volume) whose IC is below the threshold."""
-    return (is_bare_motif(node) or "volume" not in fields) and ic < cfg["ic_threshold"]
+    return (is_bare_motif(node) or "volume" not in fields) and ic < cfg.ic_threshold
 
 
 def crowding(families: Sequence[Sequence[str | None]], recent: Mapping[str, int],
-             cfg: Mapping[str, Any]) -> list[list[float]]:
+             cfg: Crowding) -> list[list[float]]:
     """R13, over a whole step: -weight x the share of an answer's formula family (its canonical form, windows
     bucketed) among the valid answers to the *other* briefs of its step and of the last `window` steps
     (`recent`: family -> count); 0 for an answer without a family (invalid) or with nothing to compare.
@@ -123,7 +135,7 @@ def crowding(families: Sequence[Sequence[str | None]], recent: Mapping[str, int]
     for g in families:
         own = Counter(f for f in g if f)
         n_other = sum(step.values()) - sum(own.values()) + n_recent
-        out.append([-float(cfg["weight"]) * (step[f] - own[f] + recent.get(f, 0)) / n_other
+        out.append([-cfg.weight * (step[f] - own[f] + recent.get(f, 0)) / n_other
                     if f and n_other else 0.0 for f in g])
     return out
 
@@ -142,9 +154,15 @@ def cpcv_channel(cpcv: float) -> float:
     return cpcv
 
 
-def motif_guard(applies: bool, cfg: dict[str, Any]) -> float:
+def motif_guard(applies: bool, cfg: MotifGuard) -> float:
     """R10: -1 when `motif_guard_applies` (and every positive channel is set to 0), else 0."""
-    return float(cfg["penalty"]) if applies else 0.0
+    return cfg.penalty if applies else 0.0
+
+
+def combined(channels: Mapping[str, float], priorities: Mapping[str, float]) -> float:
+    """The priority-weighted sum of the raw channels: TRL's `reward`, what a single-reward run sees (a channel
+    without a priority weighs 0)."""
+    return float(sum(priorities.get(k, 0.0) * v for k, v in channels.items()))
 
 
 @dataclass(frozen=True)

@@ -8,36 +8,35 @@ The last four are rank / demean / gross-1 books of their signal, exactly like an
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from alphagym.engine.book import gross_pnl, market_forward, weights_from_signal
 from alphagym.kernels import K_MEAN, K_STD, ts_moments
 from alphagym.panel import Panel
+from alphagym.params import FactorNeutrality
 
 FACTOR_NAMES = ("market", "size", "momentum", "reversal", "low_volatility")
 
 
-def factor_signals(panel: Panel, cfg: dict[str, Any]) -> dict[str, np.ndarray]:
+def factor_signals(panel: Panel, cfg: FactorNeutrality) -> dict[str, np.ndarray]:
     close = panel["close"]
     dv = np.ascontiguousarray(panel["dollar_volume"])
     r = np.ascontiguousarray(panel["returns"])
-    skip, look = int(cfg["momentum_skip"]), int(cfg["momentum_lookback"])
+    skip, look = cfg.momentum_skip, cfg.momentum_lookback
     mom = np.full_like(close, np.nan)
     mom[look:] = close[look - skip:-skip] / close[:-look] - 1.0
     rev = np.full_like(close, np.nan)
-    d = int(cfg["reversal_days"])
+    d = cfg.reversal_days
     rev[d:] = -(close[d:] / close[:-d] - 1.0)
     return {
-        "size": np.log(ts_moments(dv, dv, int(cfg["size_adv_days"]), K_MEAN)),
+        "size": np.log(ts_moments(dv, dv, cfg.size_adv_days, K_MEAN)),
         "momentum": mom,
         "reversal": rev,
-        "low_volatility": -ts_moments(r, r, int(cfg["lowvol_days"]), K_STD),
+        "low_volatility": -ts_moments(r, r, cfg.lowvol_days, K_STD),
     }
 
 
-def factor_returns(panel: Panel, fwd: np.ndarray, cfg: dict[str, Any], min_valid: int) -> np.ndarray:
+def factor_returns(panel: Panel, fwd: np.ndarray, cfg: FactorNeutrality, min_valid: int) -> np.ndarray:
     """(T-2, 5) daily factor returns, aligned with an answer's P&L rows."""
     cols = [np.nan_to_num(market_forward(fwd))]
     for sig in factor_signals(panel, cfg).values():

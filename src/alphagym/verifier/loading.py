@@ -7,7 +7,6 @@ the stages wrote.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from alphagym.artifacts import read_json
 from alphagym.config import results_dir
@@ -15,21 +14,22 @@ from alphagym.dsl.alpha101 import alpha101
 from alphagym.dsl.parser import Limits
 from alphagym.engine.scorer import BookScorer
 from alphagym.panel import DSL_FIELDS, Panel
+from alphagym.params import Params
 from alphagym.pipeline import stage_table
 from alphagym.verifier.archive import NoveltyArchive
 from alphagym.verifier.verifier import Verifier
 
 
-def seed_archive(panel: Panel, params: Any, progress: bool = True, archive: NoveltyArchive | None = None,
+def seed_archive(panel: Panel, params: Params, progress: bool = True, archive: NoveltyArchive | None = None,
                  scorer: BookScorer | None = None) -> tuple[NoveltyArchive, dict[str, int]]:
     """Add every usable Alpha101 book that trades (valid under the verifier's rules or not) to an archive.
     `scorer`: a train-window scorer of `panel` to reuse (a verifier's), else one is built."""
     from tqdm import tqdm
 
-    scorer = scorer or BookScorer(panel, params["verifier"])
+    scorer = scorer or BookScorer(panel, params.verifier)
     if archive is None:
-        archive = NoveltyArchive(int(scorer.rows.sum()), params["verifier"]["novelty_pnl"]["capacity"])
-    alphas = [a for a in alpha101(Limits.from_params(params["dsl"]["limits"]), frozenset(DSL_FIELDS)) if a.usable]
+        archive = NoveltyArchive(int(scorer.rows.sum()), params.verifier.novelty_pnl.capacity)
+    alphas = [a for a in alpha101(Limits.from_params(params.dsl.limits), frozenset(DSL_FIELDS)) if a.usable]
     added = 0
     for a in tqdm(alphas, desc="seeding novelty archive", disable=not progress, unit="alpha"):
         before = len(archive)
@@ -51,7 +51,7 @@ def _read(path: Path, cache_dir: Path | None) -> Panel:
     return Panel.read_parquet(path) if cache_dir is None else Panel.read_parquet_cached(path, cache_dir)
 
 
-def verifier_inputs(params: Any, window: str) -> dict[str, Path]:
+def verifier_inputs(params: Params, window: str) -> dict[str, Path]:
     """The files `load_verifier` reads for a window (the worlds as their folder): one list, so whatever
     caches a verifier (`alphagym serve`) watches exactly these."""
     table = stage_table(params)
@@ -62,7 +62,7 @@ def verifier_inputs(params: Any, window: str) -> dict[str, Path]:
             "archive": Path(table["archive"].paths("outs")["archive"])}
 
 
-def load_verifier(params: Any, window: str) -> tuple[Verifier, str | None]:
+def load_verifier(params: Params, window: str) -> tuple[Verifier, str | None]:
     """A verifier on the train or holdout panel; the train one loads the archive (or seeds it in memory)
     and, with R3 on, the kept stress worlds. Returns a note when something had to be built in memory.
     Panels are read through dense copies under `<results>/cache/panels` (`Panel.read_parquet_cached`):
@@ -73,7 +73,7 @@ def load_verifier(params: Any, window: str) -> tuple[Verifier, str | None]:
     if window == "holdout":
         return Verifier(panel, params, window="holdout"), None
     worlds = {}
-    if params["verifier"]["jepa_stress"]["enabled"]:
+    if params.verifier.jepa_stress.enabled:
         worlds = load_kept_worlds(inputs["gates"], inputs["worlds"], cache)
     path = inputs["archive"]
     if path.is_file():

@@ -24,7 +24,7 @@ def book_figure(card: Any, verifier: Any, path: str | Path) -> Path:
     ax[0].plot(dates, np.cumsum(book.net[rows]), color="tab:blue", lw=1.3, label="net of costs")
     mkt = np.nan_to_num(verifier.market[rows])
     ax[0].plot(dates, np.cumsum(mkt) * 0.1, color="tab:red", lw=0.8, alpha=0.6, label="market x 0.1")
-    for i, (lo, hi) in enumerate(block_bounds(int(rows.sum()), verifier.cfg["cpcv"]["blocks"])):
+    for i, (lo, hi) in enumerate(block_bounds(int(rows.sum()), verifier.cfg.cpcv.blocks)):
         if i % 2:
             ax[0].axvspan(dates[lo], dates[hi - 1], color="gray", alpha=0.08)
     ax[0].set(title=f"{card.formula}\nCPCV {card.channels['cpcv']:+.2f}, net Sharpe "

@@ -32,6 +32,7 @@ from typing import Any
 
 import alphagym
 from alphagym.errors import AlphagymError, ConfigError
+from alphagym.params import Params
 
 PROTOCOL = 1
 MAX_REQUEST = 4 << 20          # bytes: a model answer with a long reasoning block fits many times over
@@ -115,7 +116,7 @@ def _stat(p: Path) -> list[Any]:
     return [str(p), st.st_size, st.st_mtime_ns, st.st_ino]
 
 
-def input_signature(params: Any, window: str) -> list[Any]:
+def input_signature(params: Params, window: str) -> list[Any]:
     """What `load_verifier(params, window)` reads, as (path, size, mtime_ns, inode) rows."""
     from alphagym.verifier.loading import verifier_inputs
 

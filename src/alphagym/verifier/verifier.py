@@ -29,6 +29,7 @@ from alphagym.engine.book import Book, leg_names, market_forward
 from alphagym.engine.scorer import BookScorer, span_scorers
 from alphagym.errors import DataError
 from alphagym.panel import Panel
+from alphagym.params import Params, Turnover
 from alphagym.verifier import channels as ch
 from alphagym.verifier.archive import NoveltyArchive
 from alphagym.verifier.factors import FACTOR_NAMES, factor_returns, residual_sharpe_gap
@@ -62,7 +63,7 @@ class ScoreCard:
 
     def total(self, priorities: dict[str, float]) -> float:
         """Priority-weighted sum of the raw channels (what a single-reward baseline would see)."""
-        return float(sum(priorities[k] * v for k, v in self.channels.items()))
+        return ch.combined(self.channels, priorities)
 
     def copy(self) -> ScoreCard:
         """An independent copy (what `copy.deepcopy` gives, at a fraction of its cost: the card cache copies a
@@ -95,14 +96,14 @@ class BriefCheck(Protocol):
 
 
 class Verifier:
-    def __init__(self, panel: Panel, params: dict[str, Any], archive: NoveltyArchive | None = None,
+    def __init__(self, panel: Panel, params: Params, archive: NoveltyArchive | None = None,
                  window: str = "train", stress_worlds: dict[str, Panel] | None = None) -> None:
         if window not in ("train", "holdout"):
             raise ValueError(f"window must be 'train' or 'holdout', got {window!r}")
-        self.params, self.cfg, self.window = params, params["verifier"], window
+        self.params, self.cfg, self.window = params, params.verifier, window
         self.panel = panel
-        self.limits = Limits.from_params(params["dsl"]["limits"])
-        self.buckets = tuple(params["dsl"]["window_buckets"])
+        self.limits = Limits.from_params(params.dsl.limits)
+        self.buckets = tuple(params.dsl.window_buckets)
         # P&L rows that count: all train rows; in the holdout panel only the holdout year (not the warm-up)
         rows = None if window == "train" else panel.in_holdout[:-2].copy()
         self.scorer = BookScorer(panel, self.cfg, rows, holdout_costs=window == "holdout")
@@ -112,9 +113,9 @@ class Verifier:
         self.market = market_forward(self.fwd)
         self.rows = self.scorer.rows
         self.slices = self.scorer.slices
-        self.factors = factor_returns(panel, self.fwd, self.cfg["factor_neutrality"], self.min_valid)[self.rows]
+        self.factors = factor_returns(panel, self.fwd, self.cfg.factor_neutrality, self.min_valid)[self.rows]
         n = int(self.rows.sum())
-        self.archive = archive if archive is not None else NoveltyArchive(n, self.cfg["novelty_pnl"]["capacity"])
+        self.archive = archive if archive is not None else NoveltyArchive(n, self.cfg.novelty_pnl.capacity)
         if window == "train" and self.archive.length != n:
             raise DataError("archive_mismatch", f"the novelty archive holds P&L of length {self.archive.length}, "
                             f"this train panel gives {n}: it was built on another panel (another profile or "
@@ -125,9 +126,11 @@ class Verifier:
         self.stress_base: BookScorer | None = None
         if stress_worlds and window == "train":
             self.stress, self.stress_base = span_scorers(panel, stress_worlds, self.cfg,
-                                                         self.cfg["jepa_stress"]["sessions"],
-                                                         int(params["dsl"]["limits"]["max_lookback"]))
+                                                         self.cfg.jepa_stress.sessions,
+                                                         params.dsl.limits.max_lookback)
         self.stress_worlds = stress_worlds or {}
+        # the holdout score charges turnover as R5 does, at the holdout block's cap and slope
+        self.holdout_turnover = Turnover(cap=self.cfg.holdout.turnover_cap, slope=self.cfg.holdout.turnover_slope)
         self._cache: OrderedDict[tuple[Node, bool], ScoreCard] = OrderedDict()
         self.cache_size = 0
         self.cache_hits = 0
@@ -150,15 +153,15 @@ class Verifier:
     def _invalid(self, card: ScoreCard, score_key: str, reason: str, error_type: str) -> ScoreCard:
         card.valid, card.reason, card.error_type = False, reason, error_type
         card.channels = _zero_channels()
-        card.channels["cpcv"] = float(self.cfg["cpcv"][score_key])
+        card.channels["cpcv"] = float(self.cfg.cpcv[score_key])
         return card
 
     def _novelty(self, card: ScoreCard) -> None:
         """R8 and R9's per-answer part against the archive as it is now (the motif guard keeps them <= 0)."""
         assert card.pnl is not None and card.canonical is not None
         card.max_corr = self.archive.max_abs_corr(card.pnl)
-        pnl_value = ch.novelty_pnl(card.max_corr, self.cfg["novelty_pnl"])
-        syn_value = ch.novelty_syntax(card.max_corr, self.archive.seen(card.canonical), 0, self.cfg["novelty_syntax"])
+        pnl_value = ch.novelty_pnl(card.max_corr, self.cfg.novelty_pnl)
+        syn_value = ch.novelty_syntax(card.max_corr, self.archive.seen(card.canonical), 0, self.cfg.novelty_syntax)
         card.channels["novelty_pnl"] = min(pnl_value, 0.0) if card.motif else pnl_value
         card.channels["novelty_syntax"] = min(syn_value, 0.0) if card.motif else syn_value
         card.metrics["novelty_max_corr"] = card.max_corr
@@ -222,17 +225,17 @@ class Verifier:
         metrics = book.metrics(self.market, rows)
         metrics.update(lookback=float(lookback(ast)), nodes=float(card.nodes))
         card.metrics = metrics
-        bcfg = self.cfg["book"]
-        if flat_share > bcfg["max_flat_share"]:
+        bcfg = self.cfg.book
+        if flat_share > bcfg.max_flat_share:
             return self._invalid(card, "degenerate_score", f"signal missing or without opinion on "
                                  f"{flat_share:.0%} of days (limit {bcfg['max_flat_share']:.0%})", "flat_book")
-        if mean_turnover < self.cfg["min_turnover"]["invalid_below"]:
+        if mean_turnover < self.cfg.min_turnover.invalid_below:
             return self._invalid(card, "degenerate_score", f"turnover {mean_turnover:.2%}/day is below "
                                  f"{self.cfg['min_turnover']['invalid_below']:.0%}: a static book", "static_book")
         live = ~book.flat[:-2][rows]
         names = float(np.median(leg_names(book.weights)[:-2][rows][live])) if live.any() else 0.0
         metrics["leg_names"] = names
-        if names < bcfg["min_leg_names"]:
+        if names < bcfg.min_leg_names:
             return self._invalid(card, "degenerate_score", f"its thinner leg holds {names:.1f} effective names "
                                  f"(median over its days; limit {bcfg['min_leg_names']:g}): a concentrated book, "
                                  "not a cross-sectional bet", "concentrated_book")
@@ -245,31 +248,30 @@ class Verifier:
                        **{f"factor_beta_{n}": float(b) for n, b in zip(FACTOR_NAMES, betas)})
         chans = card.channels
         chans["cpcv"] = cpcv
-        chans["factor_neutrality"] = ch.factor_neutrality(raw_sr, resid_sr, self.cfg["factor_neutrality"])
-        chans["turnover"] = ch.turnover_penalty(mean_turnover, self.cfg["turnover"])
-        chans["min_turnover"] = ch.min_turnover(mean_turnover, self.cfg["min_turnover"])
-        chans["ic"] = ch.ic_channel(ic, cpcv, self.cfg["ic"])
+        chans["factor_neutrality"] = ch.factor_neutrality(raw_sr, resid_sr, self.cfg.factor_neutrality)
+        chans["turnover"] = ch.turnover_penalty(mean_turnover, self.cfg.turnover)
+        chans["min_turnover"] = ch.min_turnover(mean_turnover, self.cfg.min_turnover)
+        chans["ic"] = ch.ic_channel(ic, cpcv, self.cfg.ic)
         if self.window == "train":
             self._novelty(card)       # before the motif guard, which then zeroes any positive value
         else:
             card.skipped["novelty_pnl"] = card.skipped["novelty_syntax"] = "novelty is a train-window channel"
-            turnover_pen = ch.turnover_penalty(mean_turnover, {"cap": self.cfg["holdout"]["turnover_cap"],
-                                                               "slope": self.cfg["holdout"]["turnover_slope"]})
-            clip = self.cfg["holdout"]["clip"]
+            turnover_pen = ch.turnover_penalty(mean_turnover, self.holdout_turnover)
+            clip = self.cfg.holdout.clip
             metrics["holdout_score"] = float(np.clip(cpcv + turnover_pen, -clip, clip))
         if self.stress:
             world_cpcv = {name: sc.cpcv(ast) for name, sc in self.stress.items()}
             base = cpcv
             if self.stress_base is not None:
                 base = metrics["cpcv_stress_span"] = self.stress_base.cpcv(ast)
-            chans["jepa_stress"] = ch.jepa_stress(base, list(world_cpcv.values()), self.cfg["jepa_stress"]["scale"])
+            chans["jepa_stress"] = ch.jepa_stress(base, list(world_cpcv.values()), self.cfg.jepa_stress.scale)
             metrics.update({f"cpcv_world_{k}": v for k, v in world_cpcv.items()})
         else:
             card.skipped["jepa_stress"] = ("off: verifier.jepa_stress.enabled is false, or the world-model gates "
                                            "kept no world (results/world_model/gates.json); channel is 0")
-        chans["complexity"] = ch.complexity(card.nodes, self.cfg["complexity"])
-        chans["format"] = ch.format_bonus(reasoning, self.cfg["format"])
-        card.motif = ch.motif_guard_applies(ast, fields_used(ast), ic, self.cfg["motif_guard"])
+        chans["complexity"] = ch.complexity(card.nodes, self.cfg.complexity)
+        chans["format"] = ch.format_bonus(reasoning, self.cfg.format)
+        card.motif = ch.motif_guard_applies(ast, fields_used(ast), ic, self.cfg.motif_guard)
         if card.motif:
             self._apply_motif_guard(card)
         t3 = time.perf_counter()
@@ -280,7 +282,7 @@ class Verifier:
         for k, v in card.channels.items():
             if v > 0:
                 card.channels[k] = 0.0
-        card.channels["motif_guard"] = ch.motif_guard(True, self.cfg["motif_guard"])
+        card.channels["motif_guard"] = ch.motif_guard(True, self.cfg.motif_guard)
 
     def score(self, text: str, answer: bool = False, brief: BriefCheck | None = None) -> ScoreCard:
         return self.score_group([text], answer=answer, brief=brief)[0]
@@ -291,7 +293,7 @@ class Verifier:
         """Score a group of answers to one brief. With `brief` (`alphagym.briefs.BriefChecker`), each card also gets the
         brief-compliance metrics (`compliance`: share of checks passed, `compliant`: all passed,
         `compliance/<check>`) and the R14 `compliance` channel from them."""
-        workers = int(self.cfg.get("workers", 1) if workers is None else workers)
+        workers = self.cfg.workers if workers is None else workers
         if workers > 1 and len(texts) > 1:
             # spawn, not fork: numba's OpenMP pool does not survive a fork. Each worker builds its own
             # Verifier once from the same inputs, so its results are identical to the serial path.
@@ -308,7 +310,7 @@ class Verifier:
         return cards
 
     def _compliance(self, cards: list[ScoreCard], brief: BriefCheck) -> None:
-        gated = bool(self.cfg["compliance"]["gated"])
+        gated = self.cfg.compliance.gated
         for c in cards:
             try:
                 comp = brief.check(parse(c.formula, self.limits)) if c.formula else None
@@ -325,7 +327,7 @@ class Verifier:
         valid = [c for c in cards if c.valid]
         if len(valid) >= 2:
             pen = ch.pbo_penalties(np.array([c.insample_sharpes for c in valid]),
-                                   np.array([c.test_sharpes for c in valid]), self.cfg["pbo"]["floor"])
+                                   np.array([c.test_sharpes for c in valid]), self.cfg.pbo.floor)
             for c, p in zip(valid, pen):
                 c.channels["pbo"] = 0.0 if c.motif else float(p)
         if self.window != "train":
@@ -333,14 +335,14 @@ class Verifier:
         forms = [c.canonical for c in cards if c.canonical]
         for c in valid:
             same = forms.count(c.canonical) - 1
-            value = ch.novelty_syntax(c.max_corr, self.archive.seen(c.canonical), same, self.cfg["novelty_syntax"])
+            value = ch.novelty_syntax(c.max_corr, self.archive.seen(c.canonical), same, self.cfg.novelty_syntax)
             c.channels["novelty_syntax"] = min(value, 0.0) if c.motif else value
 
 
 _WORKER_VERIFIER: Verifier | None = None
 
 
-def _init_worker(panel: Panel, params: dict[str, Any], archive: NoveltyArchive, window: str,
+def _init_worker(panel: Panel, params: Params, archive: NoveltyArchive, window: str,
                  stress_worlds: dict[str, Panel]) -> None:
     import numba
 

@@ -19,6 +19,7 @@ from alphagym.dsl.parser import parse
 from alphagym.engine.book import sharpe
 from alphagym.engine.scorer import BookScorer, span_scorers
 from alphagym.panel import Panel
+from alphagym.params import Params
 
 
 def auc(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -30,17 +31,17 @@ def auc(scores: np.ndarray, labels: np.ndarray) -> float:
     return float(greater + 0.5 * ties)
 
 
-def channel_aucs(train: Panel, worlds: dict[str, Panel], formulas: list[str], split: int, params: dict[str, Any],
+def channel_aucs(train: Panel, worlds: dict[str, Panel], formulas: list[str], split: int, params: Params,
                  degrade_sharpe: float) -> dict[str, Any]:
     """`split`: first session of the late part (train-panel index); worlds start one session later."""
-    v = params["verifier"]
+    v = params.verifier
     early_panel = train.slice_days(0, split)
     early = BookScorer(early_panel, v)
     late = BookScorer(train.slice_days(split, train.shape[0]), v)
     # each world over R3's span (the last `jepa_stress.sessions` of the early part), as the verifier scores it
     world_early, early_span = span_scorers(early_panel,
                                            {c: p.slice_days(0, split - 1) for c, p in worlds.items()}, v,
-                                           v["jepa_stress"]["sessions"], int(params["dsl"]["limits"]["max_lookback"]))
+                                           v.jepa_stress.sessions, params.dsl.limits.max_lookback)
     rows = []
     for text in formulas:
         try:

@@ -12,10 +12,11 @@ latents can be decoded into stress markets that keep the data's own standardised
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import torch
 from torch import nn
+
+from alphagym.params import WorldModel as WorldModelParams
 
 
 class Encoder(nn.Module):
@@ -43,11 +44,11 @@ class Encoder(nn.Module):
 
 
 class WorldModel(nn.Module):
-    def __init__(self, n_stocks: int, n_features: int, n_geometry: int, cfg: dict[str, Any]):
+    def __init__(self, n_stocks: int, n_features: int, n_geometry: int, cfg: WorldModelParams):
         super().__init__()
-        d, w = int(cfg["d_model"]), int(cfg["window"])
+        d, w = cfg.d_model, cfg.window
         self.window, self.n_features = w, n_features
-        self.context = Encoder(n_features, w, d, int(cfg["heads"]), int(cfg["time_layers"]), int(cfg["stock_layers"]))
+        self.context = Encoder(n_features, w, d, cfg.heads, cfg.time_layers, cfg.stock_layers)
         self.target = copy.deepcopy(self.context)
         for p in self.target.parameters():
             p.requires_grad_(False)

@@ -25,6 +25,7 @@ import torch
 from alphagym.data.stylized import compare_facts, stylized_facts
 from alphagym.errors import AlphagymError
 from alphagym.panel import Panel
+from alphagym.params import Params
 from alphagym.tracking import StageRun
 from alphagym.worldmodel.train import train_world_model
 from alphagym.worldmodel.worlds import CHANNELS, DIRECTION, STATISTIC, WorldGenerator, panel_window_statistics
@@ -78,44 +79,44 @@ def gate_summary(prediction: dict[str, Any], channels: dict[str, dict[str, Any]]
     return {"pass": not failed, "failed": failed, "kept_channels": kept, "dropped_by_auc": dropped}
 
 
-def _auc_gate(train: Panel, world_dir: Path, params: dict[str, Any], result: Any) -> dict[str, Any]:
+def _auc_gate(train: Panel, world_dir: Path, params: Params, result: Any) -> dict[str, Any]:
     """Channel AUCs on the early part (training windows) vs the late part (the validation slice)."""
     from alphagym.dsl.alpha101 import alpha101
     from alphagym.dsl.random_formula import random_formula
     from alphagym.panel import DSL_FIELDS
     from alphagym.worldmodel.auc import channel_aucs
 
-    cfg = params["worldmodel"]
+    cfg = params.worldmodel
     formulas = [a.text for a in alpha101(panel_fields=frozenset(DSL_FIELDS)) if a.usable]
-    formulas += [random_formula(10_000 + i) for i in range(int(cfg["auc_random_formulas"]))]
-    split = int(train.shape[0] * (1 - float(cfg["val_share"])))
+    formulas += [random_formula(10_000 + i) for i in range(cfg.auc_random_formulas)]
+    split = int(train.shape[0] * (1 - cfg.val_share))
     worlds = {c: Panel.read_parquet(world_dir / f"{c}.parquet") for c in CHANNELS}
-    return channel_aucs(train, worlds, formulas, split, params, float(cfg["auc_degrade_sharpe"]))
+    return channel_aucs(train, worlds, formulas, split, params, cfg.auc_degrade_sharpe)
 
 
-def world_model(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:
-    cfg = params["worldmodel"]
+def world_model(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:
+    cfg = params.worldmodel
     train = Panel.read_parquet(deps["train"])
-    result = train_world_model(train, cfg, int(params["seed"]),
+    result = train_world_model(train, cfg, params.seed,
                                log=lambda row, epoch: run.log_metrics(row, step=epoch))
-    gen = WorldGenerator(result.model, result.scaler, float(cfg["probe_ridge"]), float(cfg["max_latent_step"]),
-                         float(cfg["crash_window_share"]), int(params["seed"])).fit(train)
+    gen = WorldGenerator(result.model, result.scaler, cfg.probe_ridge, cfg.max_latent_step,
+                         cfg.crash_window_share, params.seed).fit(train)
     base_world = gen.generate(train, "volatility", 0.0)
-    base_stats = panel_window_statistics(base_world, int(cfg["window"]))
+    base_stats = panel_window_statistics(base_world, cfg.window)
     base_facts = stylized_facts(base_world)
     report: dict[str, Any] = {"prediction": prediction_gate(result.validation), "channels": {},
                               "probe_r2": gen.probe_r2, "decoder_slopes": gen.slopes,
                               "best_epoch": result.best_epoch}
     for ch in CHANNELS:
-        world = gen.generate(train, ch, float(cfg["stress_magnitude"]))
+        world = gen.generate(train, ch, cfg.stress_magnitude)
         world.write_parquet(outs["worlds"] / f"{ch}.parquet")
-        moved = panel_window_statistics(world, int(cfg["window"]))
-        facts = compare_facts(base_facts, stylized_facts(world), params["stylized_tolerance"])
-        exempt = set(cfg["facts_moved"].get(ch, []))
+        moved = panel_window_statistics(world, cfg.window)
+        facts = compare_facts(base_facts, stylized_facts(world), params.stylized_tolerance)
+        exempt = set(cfg.facts_moved.get(ch, []))
         facts_ok = all(r["ok"] for r in facts if r["fact"] not in exempt)
         sd = gen.stat_sd[ch]
         report["channels"][ch] = {
-            "direction": direction_gate(base_stats, moved, sd, ch, float(cfg["min_move_sd"])),
+            "direction": direction_gate(base_stats, moved, sd, ch, cfg.min_move_sd),
             "facts": {"pass": facts_ok, "exempt": sorted(exempt),
                       "rows": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in r.items()}
                                for r in facts]}}
@@ -123,7 +124,7 @@ def world_model(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: 
     for ch in CHANNELS:
         value = report["auc"].get(ch)
         report["channels"][ch]["auc"] = {"value": value, "pass": bool(value is not None and not np.isnan(value)
-                                                                    and value >= float(cfg["auc_min"]))}
+                                                                    and value >= cfg.auc_min)}
     report.update(gate_summary(report["prediction"], report["channels"]))
     kept = report["kept_channels"]
     torch.save({"state_dict": result.model.state_dict(), "config": dict(cfg), "scaler_mean": result.scaler.mean,
@@ -135,7 +136,7 @@ def world_model(params: Any, deps: dict[str, Path], outs: dict[str, Path], run: 
     if not report["pass"]:
         message = (f"world-model gates failed: {report['failed']} (the report, gates.json, is an artifact of "
                    f"this stage's MLflow run)")
-        if params["verifier"]["jepa_stress"]["enabled"]:
+        if params.verifier.jepa_stress.enabled:
             raise GateError(message + "; switch verifier.jepa_stress.enabled off to run without R3")
         warnings.warn(message + "; R3 stays off (verifier.jepa_stress.enabled is false)", stacklevel=1)
     return {"pass": report["pass"], "kept_channels": kept, "prediction": report["prediction"]["pass"]}

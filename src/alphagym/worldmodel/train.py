@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
 from torch.nn import functional as F  # noqa: N812
 
 from alphagym.panel import Panel
+from alphagym.params import WorldModel as WorldModelParams
 from alphagym.worldmodel.features import FeatureScaler, make_features
 from alphagym.worldmodel.geometry import TARGET_NAMES, correlation, geometry_targets
 from alphagym.worldmodel.model import WorldModel, span_mask
@@ -69,14 +69,14 @@ def _split(data: WindowData, val_share: float, window: int) -> tuple[np.ndarray,
 
 
 def _losses(model: WorldModel, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor, mask: torch.Tensor,
-            cfg: dict[str, Any]) -> dict[str, torch.Tensor]:
+            cfg: WorldModelParams) -> dict[str, torch.Tensor]:
     out = model(x, mask)
     with torch.no_grad():
         target = F.layer_norm(model.target(y), (out["pred"].shape[-1],))
     jepa = F.smooth_l1_loss(F.layer_norm(out["pred"], (out["pred"].shape[-1],)), target)
     geom = F.mse_loss(out["geometry"], g)
     recon = F.gaussian_nll_loss(out["recon"], x, torch.exp(2 * out["log_scale"]))
-    total = jepa + cfg["geometry_weight"] * geom + cfg["decoder_weight"] * recon
+    total = jepa + cfg.geometry_weight * geom + cfg.decoder_weight * recon
     return {"total": total, "jepa": jepa, "geometry": geom, "recon": recon}
 
 
@@ -119,33 +119,33 @@ def validation_metrics(model: WorldModel, data: WindowData, train_idx: np.ndarra
         }
 
 
-def train_world_model(panel: Panel, cfg: dict[str, Any], seed: int,
+def train_world_model(panel: Panel, cfg: WorldModelParams, seed: int,
                       log: Callable[[dict[str, float], int], None] | None = None,
                       progress: bool = True) -> TrainResult:
     from tqdm import tqdm
 
     torch.manual_seed(seed)
     torch.use_deterministic_algorithms(True)
-    torch.set_num_threads(int(cfg["threads"]))
+    torch.set_num_threads(cfg.threads)
     gen = torch.Generator().manual_seed(seed)
     raw = make_features(panel)
     scaler = FeatureScaler.fit(raw)
     z = np.nan_to_num(scaler.transform(raw), nan=0.0)
-    w = int(cfg["window"])
-    data = build_windows(z, np.nan_to_num(raw[..., 1]), w, int(cfg["stride"]))
-    train_idx, val_idx = _split(data, float(cfg["val_share"]), w)
+    w = cfg.window
+    data = build_windows(z, np.nan_to_num(raw[..., 1]), w, cfg.stride)
+    train_idx, val_idx = _split(data, cfg.val_share, w)
     if len(train_idx) < 2:
         raise ValueError(f"only {len(train_idx)} training windows: the train window is too short for "
                          f"window {w} and stride {cfg['stride']}")
     gm, gs = data.geom[train_idx].mean(0), data.geom[train_idx].std(0).clip(1e-6)
     gz = ((data.geom - gm) / gs).astype(np.float32)
     model = WorldModel(panel.shape[1], raw.shape[-1], len(TARGET_NAMES), cfg)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=float(cfg["lr"]),
-                            weight_decay=float(cfg["weight_decay"]))
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
+                            weight_decay=cfg.weight_decay)
     result = TrainResult(model, scaler, gm, gs)
     best, best_state, bad = float("inf"), None, 0
-    bs = int(cfg["batch_size"])
-    epochs = tqdm(range(int(cfg["max_epochs"])), desc="world model", unit="epoch", disable=not progress)
+    bs = cfg.batch_size
+    epochs = tqdm(range(cfg.max_epochs), desc="world model", unit="epoch", disable=not progress)
     for epoch in epochs:
         model.train()
         order = train_idx[torch.randperm(len(train_idx), generator=gen).numpy()]
@@ -153,18 +153,18 @@ def train_world_model(panel: Panel, cfg: dict[str, Any], seed: int,
         for i in range(0, len(order), bs):
             idx = order[i:i + bs]
             x, y, g = (torch.from_numpy(a[idx]) for a in (data.x, data.y, gz))
-            mask = span_mask(tuple(x.shape[:3]), float(cfg["mask_share"]), int(cfg["mask_span"]), gen)
+            mask = span_mask(tuple(x.shape[:3]), cfg.mask_share, cfg.mask_span, gen)
             losses = _losses(model, x, y, g, mask, cfg)
             opt.zero_grad()
             losses["total"].backward()
             opt.step()
-            model.update_target(float(cfg["ema"]))
+            model.update_target(cfg.ema)
             for k, v in losses.items():
                 sums[k] = sums.get(k, 0.0) + float(v.detach()) * len(idx)
         model.eval()
         with torch.no_grad():
             xv, yv, gv = (torch.from_numpy(a[val_idx]) for a in (data.x, data.y, gz))
-            vmask = span_mask(tuple(xv.shape[:3]), float(cfg["mask_share"]), int(cfg["mask_span"]),
+            vmask = span_mask(tuple(xv.shape[:3]), cfg.mask_share, cfg.mask_span,
                               torch.Generator().manual_seed(seed + 1))
             val = {k: float(v) for k, v in _losses(model, xv, yv, gv, vmask, cfg).items()}
         row = {**{f"train_{k}": v / len(order) for k, v in sums.items()}, **{f"val_{k}": v for k, v in val.items()}}
@@ -176,15 +176,15 @@ def train_world_model(panel: Panel, cfg: dict[str, Any], seed: int,
         epochs.set_postfix(val=f"{val['total']:.4f}")
         # stop on what does not move with the target encoder: the latent loss is measured against an EMA
         # target that changes every step, so it is not comparable across epochs
-        criterion = row["val_stop_criterion"] = (val["geometry"] * cfg["geometry_weight"]
-                                                 + val["recon"] * cfg["decoder_weight"])
+        criterion = row["val_stop_criterion"] = (val["geometry"] * cfg.geometry_weight
+                                                 + val["recon"] * cfg.decoder_weight)
         if criterion < best - 1e-6:
             best, bad, result.best_epoch = criterion, 0, epoch
             best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
             result.validation = gate          # the gate's numbers of exactly this state
         else:
             bad += 1
-            if bad >= int(cfg["patience"]):
+            if bad >= cfg.patience:
                 break
     model.eval()
     if best_state is not None:
