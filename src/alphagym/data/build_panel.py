@@ -245,8 +245,8 @@ def build_panel(prices: pd.DataFrame, sectors: dict[str, str],
     train_end = days.searchsorted(pd.Timestamp(d.train_end), side="right")
     hold_start = days.searchsorted(pd.Timestamp(d.holdout_start))
     if not (0 < train_end <= hold_start < len(days)):
-        raise DataError("date_split", f"need start < train_end < holdout_start <= end; got {d['start']}, "
-                        f"{d['train_end']}, {d['holdout_start']}, {d['end']} on {len(days)} sessions")
+        raise DataError("date_split", f"need start < train_end < holdout_start <= end; got {d.start}, "
+                        f"{d.train_end}, {d.holdout_start}, {d.end} on {len(days)} sessions")
     train = full.slice_days(0, train_end)
     warm = max(0, hold_start - d.holdout_warmup_sessions)
     holdout = full.slice_days(warm, len(days))

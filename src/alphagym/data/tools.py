@@ -20,9 +20,9 @@ def folder_panel(params: Params, folder: str) -> Panel:
     d = params.data
     prices, sectors = read_csv_folder(folder, d.csv_format, None, d.sectors_file)
     first, last = prices["date"].min(), prices["date"].max()
-    local = {**params, "data": {**d, "start": str(first.date()), "end": str(last.date()),
-                                "train_end": str((last - pd.Timedelta(days=1)).date()),
-                                "holdout_start": str(last.date()), "holdout_warmup_sessions": 0}}
+    local = params.model_copy(update={"data": d.model_copy(update={
+        "start": str(first.date()), "end": str(last.date()), "train_end": str((last - pd.Timedelta(days=1)).date()),
+        "holdout_start": str(last.date()), "holdout_warmup_sessions": 0})})
     train, _, _ = build_panel(prices, sectors, local)
     return train
 
@@ -52,8 +52,8 @@ def compare_with_real(params: Params, folder: str, seeds: int = 16, first_seed: 
     rows = compare_facts(real, sim, params.stylized_tolerance)
     head = (f"Real: {folder}, {real_train.shape[0]} sessions {real_train.dates[0].date()} to "
             f"{real_train.dates[-1].date()}. Simulator: same sessions, mean over seeds "
-            f"{first_seed}..{first_seed + seeds - 1} (calibration used seeds {params['seed']}.."
-            f"{int(params['seed']) + 15}).\n\n")
+            f"{first_seed}..{first_seed + seeds - 1} (calibration used seeds {params.seed}.."
+            f"{params.seed + 15}).\n\n")
     extra = (f"\n\nDollar-volume spread across stocks (log10 max/min of medians): real "
              f"{real['dollar_volume_log10_spread']:.2f}, simulator {sim['dollar_volume_log10_spread']:.2f}.")
     if plot:

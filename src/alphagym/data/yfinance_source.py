@@ -94,7 +94,7 @@ def download_universe(tickers: list[str], start: str, end: str, cfg: YFinance,
                 last = exc
                 time.sleep(cfg.backoff_s * 2**attempt)
         else:
-            raise SourceUnavailableError(f"yfinance: {ticker} failed after {cfg['retries']} tries: {last}. "
+            raise SourceUnavailableError(f"yfinance: {ticker} failed after {cfg.retries} tries: {last}. "
                                          "Alternatives: data.source=synthetic or data.source=csv")
         tmp = path.with_suffix(".tmp")
         raw.to_parquet(tmp, index=False)

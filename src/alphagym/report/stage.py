@@ -168,7 +168,7 @@ def _ship_adapter(ship: RungResult, rl: Rl, folder: Path) -> None:
 def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, Any]], spread: list[dict[str, Any]],
               floor: float | None, ship: RungResult, best: RungResult, targets: dict[str, Any]) -> str:
     md = ["# alphagym ladder report", "",
-          f"Policy `{params['rl']['policy']}`, seed {params['seed']}, {len(results)} rung runs "
+          f"Policy `{params.rl.policy}`, seed {params.seed}, {len(results)} rung runs "
           f"({sum(not r.ok for r in results)} failed or not run). Every number below was computed by the "
           "`report` stage from the rungs' own outputs; holdout numbers come from the probe, after selection.", "",
           "## Ladder", "", "`vs_parent`: change of the shipped holdout score against the parent rung's shipped "
@@ -227,7 +227,7 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
                           "beta": 1.0, "market_corr": 1.0, "book_mean_on_down_days": ew["market_mean_on_down_days"]})
     md += ["### Books against the market (holdout year)", "",
            f"`book_mean_on_down_days`: mean daily return on the {int((ew or {}).get('down_days', 0))} days the "
-           f"market fell more than {abs(params['books']['down_day']):.1%}.", "",
+           f"market fell more than {abs(params.books.down_day):.1%}.", "",
            plots.table_md(book_rows, ("book", *BOOK_KEYS), {"answers": ".0f"}), "",
            "![growth](figures/growth.png)", "", "![book vs market](figures/book_vs_market.png)", "",
            "## Training", "", "![curves](figures/training_curves.png)", "",

@@ -231,7 +231,7 @@ class Verifier:
                                  f"{flat_share:.0%} of days (limit {bcfg['max_flat_share']:.0%})", "flat_book")
         if mean_turnover < self.cfg.min_turnover.invalid_below:
             return self._invalid(card, "degenerate_score", f"turnover {mean_turnover:.2%}/day is below "
-                                 f"{self.cfg['min_turnover']['invalid_below']:.0%}: a static book", "static_book")
+                                 f"{self.cfg.min_turnover.invalid_below:.0%}: a static book", "static_book")
         live = ~book.flat[:-2][rows]
         names = float(np.median(leg_names(book.weights)[:-2][rows][live])) if live.any() else 0.0
         metrics["leg_names"] = names

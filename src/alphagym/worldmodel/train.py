@@ -136,7 +136,7 @@ def train_world_model(panel: Panel, cfg: WorldModelParams, seed: int,
     train_idx, val_idx = _split(data, cfg.val_share, w)
     if len(train_idx) < 2:
         raise ValueError(f"only {len(train_idx)} training windows: the train window is too short for "
-                         f"window {w} and stride {cfg['stride']}")
+                         f"window {w} and stride {cfg.stride}")
     gm, gs = data.geom[train_idx].mean(0), data.geom[train_idx].std(0).clip(1e-6)
     gz = ((data.geom - gm) / gs).astype(np.float32)
     model = WorldModel(panel.shape[1], raw.shape[-1], len(TARGET_NAMES), cfg)
