@@ -144,12 +144,10 @@ FIGURES = (
            "finished calls vs parsing every text from scratch; generation, then the grammar sampler's part",
            "generation ≤ 0.5 s", "grammar.txt",
            "python benchmarks/bench_grammar.py --rounds 12",
-           None,
            lambda t: (f"{float(kv('grammar_ours_generate_median')(t)):.2f} s "
                       f"({float(kv('grammar_ours_generate_p90')(t)):.2f} s), "
                       f"{ratio(kv('grammar_speedup_generate_median'), kv('grammar_speedup_generate_p90'))(t)}; "
-                      f"grammar {ratio(kv('grammar_speedup_pick_median'), kv('grammar_speedup_pick_p90'))(t)} "
-                      "(beside a `make run`)")),
+                      f"grammar {ratio(kv('grammar_speedup_pick_median'), kv('grammar_speedup_pick_p90'))(t)}")),
     Figure("sampling one default batch: the own decode loop vs the model's forward over its cache", "",
            "decode.txt", "python benchmarks/bench_decode.py --rounds 12",
            ratio(kv("decode_speedup_median"), kv("decode_speedup_p90"))),
