@@ -45,11 +45,12 @@ class ArchiveEnv(VerifierEnv):
 
     def __init__(self) -> None:
         self.verifier = SimpleNamespace(archive=NoveltyArchive(12, 64),
-                                        cfg=SimpleNamespace(crowding=Crowding(weight=1.0, window=3)))
+                                        cfg=SimpleNamespace(crowding=Crowding(weight=1.0, window=3, same_bet_corr=0.9)))
         self.priorities = VolumeEnv.priorities
         self._inner = VolumeEnv()
         self.written = {}
         self.recent = deque(maxlen=3)
+        self.bets = {}
 
     def score(self, answers, brief):
         return self._inner.score(answers, brief)

@@ -209,7 +209,7 @@ def test_crowding_worked_example_where_one_family_dominates():
     """R13 on a hand-made step of three briefs, family A everywhere: an answer pays its family's share among
     the other briefs' valid answers and the recent steps', so a group of A's and one B still varies, and a
     group of four A's (which GDPO would see as flat on any per-group diversity) is charged for A's crowding."""
-    cfg = P.Crowding(weight=1.0, window=20)
+    cfg = P.Crowding(weight=1.0, window=20, same_bet_corr=None)
     fams = [["A", "A", "B", None], ["A", "A", "A", "A"], ["A", "C", "C", "A"]]
     recent = {"A": 6, "B": 1, "D": 1}
     out = ch.crowding(fams, recent, cfg)
@@ -221,4 +221,72 @@ def test_crowding_worked_example_where_one_family_dominates():
     assert out[2] == pytest.approx([-(6 + 6) / 15, 0.0, 0.0, -(6 + 6) / 15])
     assert len(set(out[0][:3])) == 2                      # varies within a group whose families differ
     assert ch.crowding([["A"]], {}, cfg) == [[0.0]]        # nothing to compare with: 0
-    assert ch.crowding(fams, recent, P.Crowding(weight=0.5, window=20))[1][0] == pytest.approx(-0.5 * 10 / 15)
+    half = P.Crowding(weight=0.5, window=20, same_bet_corr=None)
+    assert ch.crowding(fams, recent, half)[1][0] == pytest.approx(-0.5 * 10 / 15)
+
+
+def test_same_bet_families_merge_forms_whose_books_move_together():
+    """R13's families by bet: two canonical forms whose train P&L correlate 0.97 are one family (the second
+    takes the first's name), a P&L at |corr| 0.5 is its own; a sign flip is the same bet; an invalid answer
+    stays without a family; families from earlier steps (`known`) are matched; without a threshold the
+    canonical forms stand."""
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=500)
+    noise = rng.normal(size=500)
+    twin = 0.97 * (a - a.mean()) / a.std() + np.sqrt(1 - 0.97**2) * (noise - noise.mean()) / noise.std()
+    half = 0.5 * (a - a.mean()) / a.std() + np.sqrt(1 - 0.25) * (noise - noise.mean()) / noise.std()
+    assert np.corrcoef(a, twin)[0, 1] > 0.95 and abs(np.corrcoef(a, half)[0, 1]) < 0.6
+    known: dict[str, np.ndarray] = {}
+    fams = ch.bet_families(["A", "B", "C", None, "D"], [a, twin, half, None, -a], known, 0.9)
+    assert fams == ["A", "A", "C", None, "A"]
+    assert set(known) == {"A", "C"}
+    # the next step: a new form on C's book is C; an unseen book is its own family
+    assert ch.bet_families(["E", "F"], [half * 2.0 + 1.0, rng.normal(size=500)], known, 0.9) == ["C", "F"]
+    assert ch.bet_families(["A", "B"], [a, twin], {}, None) == ["A", "B"]
+
+
+def test_crowding_charges_two_forms_of_one_bet_as_one_family(tmp_path):
+    """In the environment: three briefs' answers written as two canonical forms of one book are one crowded
+    family for R13 (each pays for the other form's answers), an independent book is not charged for them; the
+    families and their P&L survive a checkpoint round trip."""
+    from collections import deque
+    from types import SimpleNamespace
+
+    from alphagym.rl.env import Scored, VerifierEnv
+    from alphagym.verifier.archive import NoveltyArchive
+
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=300), rng.normal(size=300)
+
+    def scored(canon, pnl):
+        return Scored(True, {"cpcv": 1.0}, 1.0, canon, card=SimpleNamespace(pnl=pnl, formula=canon))
+
+    def env(same_bet_corr):
+        e = VerifierEnv.__new__(VerifierEnv)
+        e.verifier = SimpleNamespace(archive=NoveltyArchive(300, 16),
+                                     cfg=SimpleNamespace(crowding=P.Crowding(weight=1.0, window=5,
+                                                                             same_bet_corr=same_bet_corr)))
+        e.recent, e.bets, e.written = deque(maxlen=5), {}, {}
+        return e
+
+    def step(e):
+        groups = [[scored("form1", a), scored("other", b)], [scored("form2", a * 1.5)], [scored("form1", a)]]
+        e.step_channels(groups)
+        return groups
+
+    merged, apart = step(env(0.9)), step(env(None))
+    # by bet: form1 in group 0 sees 2 of the 2 other answers on its bet (form2, form1): -2/2
+    assert merged[0][0].channels["crowding"] == pytest.approx(-1.0)
+    assert merged[1][0].family == "form1" and merged[1][0].channels["crowding"] == pytest.approx(-2 / 3)
+    assert merged[0][1].channels["crowding"] == 0.0          # the independent book is not crowded
+    # by canonical form alone, form2 is uncrowded and form1 sees only its own form
+    assert apart[1][0].channels["crowding"] == 0.0 and apart[0][0].channels["crowding"] == pytest.approx(-0.5)
+    e = env(0.9)
+    groups = step(e)
+    e.commit([s for g in groups for s in g])
+    assert e.recent[-1] == {"form1": 3, "other": 1} and set(e.bets) == {"form1", "other"}
+    e.save(tmp_path)
+    again = env(0.9)
+    again.load(tmp_path)
+    assert list(again.recent) == list(e.recent) and set(again.bets) == set(e.bets)
+    assert all(np.array_equal(again.bets[k], e.bets[k]) for k in e.bets)

@@ -301,6 +301,9 @@ class Priorities(Section):
 class Crowding(Section):
     weight: NonNeg = Field(description="R13 = -weight x the family's share elsewhere in the step and recent steps")
     window: Annotated[int, Field(ge=0, le=10_000)] = Field(description="recent steps whose answers count")
+    same_bet_corr: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        description="answers whose train P&L has |corr| >= this with a family's are that family (one bet, "
+                    "whatever its canonical form); null: families are canonical forms")
 
 
 class Pbo(Section):

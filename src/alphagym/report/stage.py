@@ -153,7 +153,8 @@ def _ship_adapter(ship: RungResult, rl: Rl, folder: Path) -> None:
     else:
         src = ship.checkpoints / f"checkpoint-{step:06d}"
         shutil.copytree(src, folder, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("trainer_state.pt", "archive.npz", "README.md"))
+                        ignore=shutil.ignore_patterns("trainer_state.pt", "archive.npz", "recent_bets.npz",
+                                                      "README.md"))
         card += ["## Loading", "", "A peft adapter (Hugging Face format) on the SFT policy (merged, when it has an "
                  "adapter itself). With the SFT policy folder at hand:", "", "```python",
                  "from alphagym.rl.checkpoints import sft_base, at_checkpoint",

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from alphagym.artifacts import read_json
+import numpy as np
+
+from alphagym.artifacts import read_json, read_npz
 from alphagym.briefs.catalogue import Catalogue
 from alphagym.briefs.compliance import BriefChecker
 from alphagym.errors import ArtifactError
@@ -24,6 +26,7 @@ from alphagym.verifier.verifier import ScoreCard, Verifier
 
 WRITTEN = "written.json"     # formula -> its train CPCV and turnover, every valid one the rung wrote
 RECENT = "recent_families.json"   # R13's memory: the families of the last steps' valid answers
+BETS = "recent_bets.npz"     # and each of those families' standardised train P&L (`crowding.same_bet_corr`)
 
 
 @dataclass
@@ -34,6 +37,7 @@ class Scored:
     canonical: str | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     card: ScoreCard | None = None     # the verifier's card, when there is one
+    family: str | None = None         # R13's family (set with the step's channels; None: the canonical form)
 
 
 class Environment(Protocol):
@@ -65,8 +69,9 @@ class VerifierEnv:
         self._counted = (verifier.cache_lookups, verifier.cache_hits)
         # every distinct valid formula the rung has written, with its train numbers: the archive book's pool
         self.written: dict[str, dict[str, float]] = {}
-        # the families of each recent step's valid answers, newest last (R13's memory)
+        # the families of each recent step's valid answers, newest last (R13's memory), and their P&L
         self.recent: deque[dict[str, int]] = deque(maxlen=cfg.crowding.window)
+        self.bets: dict[str, np.ndarray] = {}
 
     def score(self, answers: Sequence[str], brief: Mapping[str, Any]) -> list[Scored]:
         checker = BriefChecker(brief, self.catalogue, self.tolerance)
@@ -87,14 +92,22 @@ class VerifierEnv:
         recent: Counter[str] = Counter()
         for c in self.recent:
             recent.update(c)
-        values = ch.crowding([[s.canonical if s.valid else None for s in g] for g in scored], recent,
-                             self.verifier.cfg.crowding)
+        cfg = self.verifier.cfg.crowding
+        flat = [s for g in scored for s in g]
+        fams = ch.bet_families([s.canonical if s.valid else None for s in flat],
+                               [s.card.pnl if s.card is not None else None for s in flat], self.bets,
+                               cfg.same_bet_corr)
+        for s, f in zip(flat, fams, strict=True):
+            s.family = f
+        values = ch.crowding([[s.family for s in g] for g in scored], recent, cfg)
         for g, row in zip(scored, values, strict=True):
             for s, v in zip(g, row, strict=True):
                 s.channels["crowding"] = v
 
     def commit(self, scored: Sequence[Scored]) -> None:
-        self.recent.append(dict(Counter(s.canonical for s in scored if s.valid and s.canonical)))
+        self.recent.append(dict(Counter(s.family or s.canonical for s in scored if s.valid and s.canonical)))
+        alive = {f for step in self.recent for f in step}
+        self.bets = {f: z for f, z in self.bets.items() if f in alive}     # only families R13 still counts
         for s in scored:
             if s.valid and s.card is not None and s.card.pnl is not None and s.canonical:
                 self.verifier.archive.add(s.card.pnl, s.canonical, "rl")
@@ -108,6 +121,9 @@ class VerifierEnv:
         self.verifier.archive.save(folder / "archive.npz")
         (folder / WRITTEN).write_text(json.dumps(self.written, indent=0, sort_keys=True))
         (folder / RECENT).write_text(json.dumps({"steps": list(self.recent)}))
+        names = sorted(self.bets)
+        np.savez(folder / BETS, names=np.array(names, dtype=str),
+                 pnl=np.stack([self.bets[n] for n in names]) if names else np.zeros((0, self.verifier.archive.length)))
 
     def load(self, folder: Path) -> None:
         """The checkpoint's archive (an ArtifactError names a missing, cut or garbled file), replacing the
@@ -122,6 +138,11 @@ class VerifierEnv:
         written = read_json(folder / WRITTEN, what="formulas the rung wrote") if (folder / WRITTEN).is_file() else {}
         recent = (read_json(folder / RECENT, keys=("steps",), what="recent steps' families")["steps"]
                   if (folder / RECENT).is_file() else [])
+        bets: dict[str, np.ndarray] = {}
+        if (folder / BETS).is_file():
+            data = read_npz(folder / BETS, keys=("names", "pnl"), what="recent families' P&L")
+            bets = {str(n): row for n, row in zip(data["names"], data["pnl"], strict=True)}
         self.verifier.archive = archive
         self.written = dict(written)
         self.recent = deque(recent, maxlen=self.recent.maxlen)
+        self.bets = bets

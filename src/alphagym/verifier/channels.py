@@ -24,6 +24,7 @@ from alphagym.params import (
     NoveltySyntax,
     Turnover,
 )
+from alphagym.verifier.archive import standardise
 
 
 def factor_neutrality(raw_sharpe: float, residual_sharpe: float, cfg: FactorNeutrality) -> float:
@@ -123,12 +124,13 @@ def motif_guard_applies(node: Node, fields: list[str], ic: float, cfg: MotifGuar
 def crowding(families: Sequence[Sequence[str | None]], recent: Mapping[str, int],
              cfg: Crowding) -> list[list[float]]:
     """R13, over a whole step: -weight x the share of an answer's formula family (its canonical form, windows
-    bucketed) among the valid answers to the *other* briefs of its step and of the last `window` steps
-    (`recent`: family -> count); 0 for an answer without a family (invalid) or with nothing to compare.
-    `families`: one list per brief (group) of the step. Counting other briefs and earlier steps, not the
-    answer's own group, keeps the signal alive where GDPO standardises within the group: in a group whose
-    answers differ in family it differs wherever their families are not equally crowded elsewhere. Family A
-    written by 6 of 8 answers to the other briefs and recent steps pays -0.75 x weight."""
+    bucketed, or the family whose P&L it tracks: `bet_families`) among the valid answers to the *other* briefs
+    of its step and of the last `window` steps (`recent`: family -> count); 0 for an answer without a family
+    (invalid) or with nothing to compare. `families`: one list per brief (group) of the step. Counting other
+    briefs and earlier steps, not the answer's own group, keeps the signal alive where GDPO standardises within
+    the group: in a group whose answers differ in family it differs wherever their families are not equally
+    crowded elsewhere. Family A written by 6 of 8 answers to the other briefs and recent steps pays
+    -0.75 x weight."""
     step = Counter(f for g in families for f in g if f)
     n_recent = sum(recent.values())
     out = []
@@ -137,6 +139,35 @@ def crowding(families: Sequence[Sequence[str | None]], recent: Mapping[str, int]
         n_other = sum(step.values()) - sum(own.values()) + n_recent
         out.append([-cfg.weight * (step[f] - own[f] + recent.get(f, 0)) / n_other
                     if f and n_other else 0.0 for f in g])
+    return out
+
+
+def bet_families(canonicals: Sequence[str | None], pnls: Sequence[np.ndarray | None], known: dict[str, np.ndarray],
+                 same_bet_corr: float | None) -> list[str | None]:
+    """R13's family of each answer: its canonical form, unless its train P&L has |corr| >= `same_bet_corr` with
+    the P&L of a family in `known` (family -> standardised P&L: mean 0, unit norm), whose name it then takes.
+    Families are not bets: `rank(ts_delta(log(close), 3))` and a smoothed slope of the same returns are two
+    canonical forms and one book. An answer that matches no family adds its own to `known` (updated in place),
+    so later answers of the same step match it too. None (an invalid answer) stays None; `same_bet_corr` None
+    keeps canonical forms. Two answers whose books correlate 0.97 are one family; at 0.5, two."""
+    out: list[str | None] = []
+    names = list(known)
+    rows = np.stack([known[n] for n in names]) if names else None     # stacked once per call
+    for canon, pnl in zip(canonicals, pnls, strict=True):
+        z = None if canon is None or same_bet_corr is None or pnl is None or canon in known else standardise(pnl)
+        if z is None:
+            out.append(canon)
+            continue
+        if rows is not None:
+            corr = np.abs(rows @ z)
+            best = int(np.argmax(corr))
+            if corr[best] >= same_bet_corr:
+                out.append(names[best])
+                continue
+        known[canon] = z
+        names.append(canon)
+        rows = z[None, :] if rows is None else np.vstack([rows, z[None, :]])
+        out.append(canon)
     return out
 
 
@@ -204,8 +235,9 @@ REGISTRY: tuple[Channel, ...] = (
     Channel("complexity", "R11", complexity, "complexity", "answer", "-0.02 per expression node beyond 24"),
     Channel("format", "R12", format_bonus, "format", "answer", "+0.05 for a reasoning block before the answer"),
     Channel("crowding", "R13", crowding, "crowding", "step",
-            "-weight x the share of the answer's family among the other briefs' answers of the step and of "
-            "recent steps (set by the RL environment; 0 when a formula is scored alone)"),
+            "-weight x the share of the answer's family (its canonical form, or the family whose P&L it "
+            "tracks at |corr| >= 0.9) among the other briefs' answers of the step and of recent steps (set by "
+            "the RL environment; 0 when a formula is scored alone)"),
     Channel("compliance", "R14", compliance, "compliance", "group",
             "share of the brief's checks passed - 1 (3 of 5 pays -0.4); an invalid answer -1 when gated; 0 "
             "when a formula is scored without a brief"),
