@@ -67,13 +67,17 @@ def test_a_stage_must_write_every_declared_output(params, tmp_path):
 
 
 def test_two_runs_in_one_results_folder_do_not_race(root, tmp_path):
-    """Each run stages into its own folder: two downloads at once both finish with complete outputs."""
+    """Two downloads at once into one results folder: each either finishes, or (when the other holds the
+    stage's lock longer than the lock's wait, as on a loaded machine) stops with the clear "already running"
+    error; at least one finishes, and the outputs are complete, never a mix of the two."""
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     cmd = [str(BIN / "alphagym"), "download", "--params", str(root / "params.yaml"), "--set", "profile=smoke",
            "--set", f"paths.results={tmp_path}/results", "--set", "tracking.enabled=false"]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for _ in range(2)]
     results = [p.communicate(timeout=300) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], results
+    codes = [p.returncode for p in procs]
+    assert 0 in codes and set(codes) <= {0, 2}, results
+    assert all("already running" in err for code, (_, err) in zip(codes, results) if code == 2), results
     meta = json.loads((tmp_path / "results/raw/meta.json").read_text())
     assert len(pd.read_parquet(tmp_path / "results/raw/prices.parquet")) == meta["rows"]

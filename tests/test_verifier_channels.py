@@ -230,6 +230,8 @@ def test_same_bet_families_merge_forms_whose_books_move_together():
     takes the first's name), a P&L at |corr| 0.5 is its own; a sign flip is the same bet; an invalid answer
     stays without a family; families from earlier steps (`known`) are matched; without a threshold the
     canonical forms stand."""
+    from alphagym.rl.env import bet_families
+
     rng = np.random.default_rng(0)
     a = rng.normal(size=500)
     noise = rng.normal(size=500)
@@ -237,12 +239,12 @@ def test_same_bet_families_merge_forms_whose_books_move_together():
     half = 0.5 * (a - a.mean()) / a.std() + np.sqrt(1 - 0.25) * (noise - noise.mean()) / noise.std()
     assert np.corrcoef(a, twin)[0, 1] > 0.95 and abs(np.corrcoef(a, half)[0, 1]) < 0.6
     known: dict[str, np.ndarray] = {}
-    fams = ch.bet_families(["A", "B", "C", None, "D"], [a, twin, half, None, -a], known, 0.9)
+    fams = bet_families(["A", "B", "C", None, "D"], [a, twin, half, None, -a], known, 0.9)
     assert fams == ["A", "A", "C", None, "A"]
     assert set(known) == {"A", "C"}
     # the next step: a new form on C's book is C; an unseen book is its own family
-    assert ch.bet_families(["E", "F"], [half * 2.0 + 1.0, rng.normal(size=500)], known, 0.9) == ["C", "F"]
-    assert ch.bet_families(["A", "B"], [a, twin], {}, None) == ["A", "B"]
+    assert bet_families(["E", "F"], [half * 2.0 + 1.0, rng.normal(size=500)], known, 0.9) == ["C", "F"]
+    assert bet_families(["A", "B"], [a, twin], {}, None) == ["A", "B"]
 
 
 def test_crowding_charges_two_forms_of_one_bet_as_one_family(tmp_path):

@@ -21,7 +21,7 @@ from alphagym.briefs.catalogue import Catalogue
 from alphagym.briefs.compliance import BriefChecker
 from alphagym.errors import ArtifactError
 from alphagym.verifier import channels as ch
-from alphagym.verifier.archive import NoveltyArchive
+from alphagym.verifier.archive import NoveltyArchive, standardise
 from alphagym.verifier.verifier import ScoreCard, Verifier
 
 WRITTEN = "written.json"     # formula -> its train CPCV and turnover, every valid one the rung wrote
@@ -50,6 +50,35 @@ class Environment(Protocol):
     def save(self, folder: Path) -> None: ...
 
     def load(self, folder: Path) -> None: ...
+
+
+def bet_families(canonicals: Sequence[str | None], pnls: Sequence[np.ndarray | None], known: dict[str, np.ndarray],
+                 same_bet_corr: float | None) -> list[str | None]:
+    """R13's family of each answer: its canonical form, unless its train P&L has |corr| >= `same_bet_corr` with
+    the P&L of a family in `known` (family -> standardised P&L: mean 0, unit norm), whose name it then takes.
+    Families are not bets: `rank(ts_delta(log(close), 3))` and a smoothed slope of the same returns are two
+    canonical forms and one book. An answer that matches no family adds its own to `known` (updated in place),
+    so later answers of the same step match it too. None (an invalid answer) stays None; `same_bet_corr` None
+    keeps canonical forms. Two answers whose books correlate 0.97 are one family; at 0.5, two."""
+    out: list[str | None] = []
+    names = list(known)
+    rows = np.stack([known[n] for n in names]) if names else None     # stacked once per call
+    for canon, pnl in zip(canonicals, pnls, strict=True):
+        z = None if canon is None or same_bet_corr is None or pnl is None or canon in known else standardise(pnl)
+        if z is None:
+            out.append(canon)
+            continue
+        if rows is not None:
+            corr = np.abs(rows @ z)
+            best = int(np.argmax(corr))
+            if corr[best] >= same_bet_corr:
+                out.append(names[best])
+                continue
+        known[canon] = z
+        names.append(canon)
+        rows = z[None, :] if rows is None else np.vstack([rows, z[None, :]])
+        out.append(canon)
+    return out
 
 
 class VerifierEnv:
@@ -94,7 +123,7 @@ class VerifierEnv:
             recent.update(c)
         cfg = self.verifier.cfg.crowding
         flat = [s for g in scored for s in g]
-        fams = ch.bet_families([s.canonical if s.valid else None for s in flat],
+        fams = bet_families([s.canonical if s.valid else None for s in flat],
                                [s.card.pnl if s.card is not None else None for s in flat], self.bets,
                                cfg.same_bet_corr)
         for s, f in zip(flat, fams, strict=True):

@@ -24,7 +24,6 @@ from alphagym.params import (
     NoveltySyntax,
     Turnover,
 )
-from alphagym.verifier.archive import standardise
 
 
 def factor_neutrality(raw_sharpe: float, residual_sharpe: float, cfg: FactorNeutrality) -> float:
@@ -124,7 +123,7 @@ def motif_guard_applies(node: Node, fields: list[str], ic: float, cfg: MotifGuar
 def crowding(families: Sequence[Sequence[str | None]], recent: Mapping[str, int],
              cfg: Crowding) -> list[list[float]]:
     """R13, over a whole step: -weight x the share of an answer's formula family (its canonical form, windows
-    bucketed, or the family whose P&L it tracks: `bet_families`) among the valid answers to the *other* briefs
+    bucketed, or the family whose P&L it tracks: `rl.env.bet_families`) among the valid answers to the *other* briefs
     of its step and of the last `window` steps (`recent`: family -> count); 0 for an answer without a family
     (invalid) or with nothing to compare. `families`: one list per brief (group) of the step. Counting other
     briefs and earlier steps, not the answer's own group, keeps the signal alive where GDPO standardises within
@@ -139,35 +138,6 @@ def crowding(families: Sequence[Sequence[str | None]], recent: Mapping[str, int]
         n_other = sum(step.values()) - sum(own.values()) + n_recent
         out.append([-cfg.weight * (step[f] - own[f] + recent.get(f, 0)) / n_other
                     if f and n_other else 0.0 for f in g])
-    return out
-
-
-def bet_families(canonicals: Sequence[str | None], pnls: Sequence[np.ndarray | None], known: dict[str, np.ndarray],
-                 same_bet_corr: float | None) -> list[str | None]:
-    """R13's family of each answer: its canonical form, unless its train P&L has |corr| >= `same_bet_corr` with
-    the P&L of a family in `known` (family -> standardised P&L: mean 0, unit norm), whose name it then takes.
-    Families are not bets: `rank(ts_delta(log(close), 3))` and a smoothed slope of the same returns are two
-    canonical forms and one book. An answer that matches no family adds its own to `known` (updated in place),
-    so later answers of the same step match it too. None (an invalid answer) stays None; `same_bet_corr` None
-    keeps canonical forms. Two answers whose books correlate 0.97 are one family; at 0.5, two."""
-    out: list[str | None] = []
-    names = list(known)
-    rows = np.stack([known[n] for n in names]) if names else None     # stacked once per call
-    for canon, pnl in zip(canonicals, pnls, strict=True):
-        z = None if canon is None or same_bet_corr is None or pnl is None or canon in known else standardise(pnl)
-        if z is None:
-            out.append(canon)
-            continue
-        if rows is not None:
-            corr = np.abs(rows @ z)
-            best = int(np.argmax(corr))
-            if corr[best] >= same_bet_corr:
-                out.append(names[best])
-                continue
-        known[canon] = z
-        names.append(canon)
-        rows = z[None, :] if rows is None else np.vstack([rows, z[None, :]])
-        out.append(canon)
     return out
 
 
