@@ -62,21 +62,22 @@ def bet_families(canonicals: Sequence[str | None], pnls: Sequence[np.ndarray | N
     keeps canonical forms. Two answers whose books correlate 0.97 are one family; at 0.5, two."""
     out: list[str | None] = []
     names = list(known)
-    rows = np.stack([known[n] for n in names]) if names else None     # stacked once per call
+    # the window's families stacked once per call; this call's new ones (a few) kept apart, so a new family
+    # does not copy the whole window's matrix
+    rows = np.stack([known[n] for n in names]) if names else np.zeros((0, 0))
+    fresh: list[np.ndarray] = []
     for canon, pnl in zip(canonicals, pnls, strict=True):
         z = None if canon is None or same_bet_corr is None or pnl is None or canon in known else standardise(pnl)
         if z is None:
             out.append(canon)
             continue
-        if rows is not None:
-            corr = np.abs(rows @ z)
-            best = int(np.argmax(corr))
-            if corr[best] >= same_bet_corr:
-                out.append(names[best])
-                continue
+        corr = np.abs(np.concatenate([rows @ z if len(rows) else np.zeros(0), np.array([f @ z for f in fresh])]))
+        if len(corr) and corr.max() >= same_bet_corr:
+            out.append(names[int(np.argmax(corr))])
+            continue
         known[canon] = z
         names.append(canon)
-        rows = z[None, :] if rows is None else np.vstack([rows, z[None, :]])
+        fresh.append(z)
         out.append(canon)
     return out
 
