@@ -106,8 +106,8 @@ def test_the_env_records_every_distinct_valid_formula_and_keeps_it_across_a_resu
 
 def test_the_env_sets_crowding_over_the_whole_step(sim_panels):
     """`step_channels` charges each valid answer its family's share among the other groups' answers and the
-    committed steps'; the groups' other channels are untouched."""
-    params = load_params(ROOT / "params.yaml")
+    committed steps'; the groups' other channels are untouched (no quality gate: the shares alone)."""
+    params = load_params(ROOT / "params.yaml", ["verifier.crowding.max_factor_r2=null"])
     cat = load_catalogue()
     brief = next(iter(_briefs(params, cat)))
     env = VerifierEnv(Verifier(sim_panels[0], params), cat, 0.5)
@@ -125,6 +125,33 @@ def test_the_env_sets_crowding_over_the_whole_step(sim_panels):
     g3 = env.score(ANSWERS[:1], brief)
     env.step_channels([g3])                      # alone in its step: only the committed step counts
     assert g3[0].channels["crowding"] == pytest.approx(-2 / 4)
+
+
+def test_the_quality_gate_charges_broken_losing_and_factor_answers_in_full(sim_panels):
+    """With `max_factor_r2` (params.yaml: 0.5), rarity relieves only a valid answer with train CPCV > 0 whose
+    P&L the factors explain at most that share of: the broken answer and any losing or factor-bound one pay
+    -weight, the others their family's share, exactly as without the gate (negative control: ungated, the
+    broken answer gets 0)."""
+    cat = load_catalogue()
+    gated_p = load_params(ROOT / "params.yaml")
+    assert gated_p.verifier.crowding.max_factor_r2 == 0.5
+    plain_p = load_params(ROOT / "params.yaml", ["verifier.crowding.max_factor_r2=null"])
+    brief = next(iter(_briefs(gated_p, cat)))
+    out = {}
+    for name, p in (("gated", gated_p), ("plain", plain_p)):
+        env = VerifierEnv(Verifier(sim_panels[0], p), cat, 0.5)
+        g1, g2 = env.score(ANSWERS[:2], brief), env.score(ANSWERS[2:], brief)
+        env.step_channels([g1, g2])
+        out[name] = g1 + g2
+    gated, plain = out["gated"], out["plain"]
+    assert not gated[3].valid and gated[3].channels["crowding"] == -1.0 and plain[3].channels["crowding"] == 0.0
+    for g, q in zip(gated, plain, strict=True):
+        own = g.valid and g.core > 0 and g.metrics["factor_r2"] <= 0.5
+        assert g.channels["crowding"] == (q.channels["crowding"] if own else -1.0), g.canonical
+    # the volume answer is a bet of its own on this panel; the ts_corr answer loses on train
+    assert gated[0].core > 0 and gated[0].metrics["factor_r2"] <= 0.5
+    assert gated[0].channels["crowding"] == pytest.approx(-1 / 2)
+    assert gated[4].core <= 0 and gated[4].channels["crowding"] == -1.0
 
 
 def test_a_rungs_reward_weights_replace_the_verifiers_priorities(sim_panels):

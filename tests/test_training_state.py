@@ -45,7 +45,8 @@ class ArchiveEnv(VerifierEnv):
 
     def __init__(self) -> None:
         self.verifier = SimpleNamespace(archive=NoveltyArchive(12, 64),
-                                        cfg=SimpleNamespace(crowding=Crowding(weight=1.0, window=3, same_bet_corr=0.9)))
+                                        cfg=SimpleNamespace(crowding=Crowding(weight=1.0, window=3, same_bet_corr=0.9,
+                                                                              max_factor_r2=None)))
         self.priorities = VolumeEnv.priorities
         self._inner = VolumeEnv()
         self.written = {}

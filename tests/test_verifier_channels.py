@@ -209,7 +209,7 @@ def test_crowding_worked_example_where_one_family_dominates():
     """R13 on a hand-made step of three briefs, family A everywhere: an answer pays its family's share among
     the other briefs' valid answers and the recent steps', so a group of A's and one B still varies, and a
     group of four A's (which GDPO would see as flat on any per-group diversity) is charged for A's crowding."""
-    cfg = P.Crowding(weight=1.0, window=20, same_bet_corr=None)
+    cfg = P.Crowding(weight=1.0, window=20, same_bet_corr=None, max_factor_r2=None)
     fams = [["A", "A", "B", None], ["A", "A", "A", "A"], ["A", "C", "C", "A"]]
     recent = {"A": 6, "B": 1, "D": 1}
     out = ch.crowding(fams, recent, cfg)
@@ -221,8 +221,23 @@ def test_crowding_worked_example_where_one_family_dominates():
     assert out[2] == pytest.approx([-(6 + 6) / 15, 0.0, 0.0, -(6 + 6) / 15])
     assert len(set(out[0][:3])) == 2                      # varies within a group whose families differ
     assert ch.crowding([["A"]], {}, cfg) == [[0.0]]        # nothing to compare with: 0
-    half = P.Crowding(weight=0.5, window=20, same_bet_corr=None)
+    half = P.Crowding(weight=0.5, window=20, same_bet_corr=None, max_factor_r2=None)
     assert ch.crowding(fams, recent, half)[1][0] == pytest.approx(-0.5 * 10 / 15)
+
+
+def test_crowding_gate_worked_example_a_rare_trap_pays_in_full():
+    """The quality gate on the hand-made step above: group 0's rare B is a trap (not eligible) and pays the
+    full -weight instead of -1/16; its None (invalid) pays -weight instead of 0; the eligible answers pay
+    their shares unchanged, and the ineligible ones' families still count for the others."""
+    cfg = P.Crowding(weight=1.0, window=20, same_bet_corr=None, max_factor_r2=0.5)
+    fams = [["A", "A", "B", None], ["A", "A", "A", "A"], ["A", "C", "C", "A"]]
+    ok = [[True, True, False, False], [True] * 4, [True, False, True, True]]
+    recent = {"A": 6, "B": 1, "D": 1}
+    out = ch.crowding(fams, recent, cfg, ok)
+    assert out[0] == pytest.approx([-12 / 16, -12 / 16, -1.0, -1.0])
+    assert out[1] == pytest.approx([-(4 + 6) / 15] * 4)
+    assert out[2] == pytest.approx([-(6 + 6) / 15, -1.0, 0.0, -(6 + 6) / 15])
+    assert ch.crowding(fams, recent, cfg, None) == ch.crowding(fams, recent, cfg)   # no mask: the shares
 
 
 def test_same_bet_families_merge_forms_whose_books_move_together():
@@ -267,7 +282,8 @@ def test_crowding_charges_two_forms_of_one_bet_as_one_family(tmp_path):
         e = VerifierEnv.__new__(VerifierEnv)
         e.verifier = SimpleNamespace(archive=NoveltyArchive(300, 16),
                                      cfg=SimpleNamespace(crowding=P.Crowding(weight=1.0, window=5,
-                                                                             same_bet_corr=same_bet_corr)))
+                                                                             same_bet_corr=same_bet_corr,
+                                                                             max_factor_r2=None)))
         e.recent, e.bets, e.written = deque(maxlen=5), {}, {}
         return e
 

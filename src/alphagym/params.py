@@ -304,6 +304,11 @@ class Crowding(Section):
     same_bet_corr: Annotated[float, Field(gt=0, le=1)] | None = Field(
         description="answers whose train P&L has |corr| >= this with a family's are that family (one bet, "
                     "whatever its canonical form); null: families are canonical forms")
+    max_factor_r2: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        description="rarity relieves only a bet of its own: a valid answer with train CPCV > 0 whose daily P&L "
+                    "the five factors explain at most this share of (R^2); any other answer (invalid, losing, "
+                    "or a factor bet such as the high-beta trap) pays the full -weight; null: every valid "
+                    "answer by its family's share and an invalid one 0")
 
 
 class Pbo(Section):

@@ -129,7 +129,13 @@ class VerifierEnv:
                                cfg.same_bet_corr)
         for s, f in zip(flat, fams, strict=True):
             s.family = f
-        values = ch.crowding([[s.family for s in g] for g in scored], recent, cfg)
+        eligible = None
+        if cfg.max_factor_r2 is not None:
+            cap = cfg.max_factor_r2
+            # NaN (no factor regression) fails the comparison: not shown to be a bet of its own
+            eligible = [[s.valid and s.core > 0 and s.metrics.get("factor_r2", float("nan")) <= cap for s in g]
+                        for g in scored]
+        values = ch.crowding([[s.family for s in g] for g in scored], recent, cfg, eligible)
         for g, row in zip(scored, values, strict=True):
             for s, v in zip(g, row, strict=True):
                 s.channels["crowding"] = v

@@ -121,23 +121,33 @@ def motif_guard_applies(node: Node, fields: list[str], ic: float, cfg: MotifGuar
 
 
 def crowding(families: Sequence[Sequence[str | None]], recent: Mapping[str, int],
-             cfg: Crowding) -> list[list[float]]:
+             cfg: Crowding, eligible: Sequence[Sequence[bool]] | None = None) -> list[list[float]]:
     """R13, over a whole step: -weight x the share of an answer's formula family (its canonical form, windows
     bucketed, or the family whose P&L it tracks: `rl.env.bet_families`) among the valid answers to the *other* briefs
-    of its step and of the last `window` steps (`recent`: family -> count); 0 for an answer without a family
-    (invalid) or with nothing to compare. `families`: one list per brief (group) of the step. Counting other
-    briefs and earlier steps, not the answer's own group, keeps the signal alive where GDPO standardises within
-    the group: in a group whose answers differ in family it differs wherever their families are not equally
-    crowded elsewhere. Family A written by 6 of 8 answers to the other briefs and recent steps pays
-    -0.75 x weight."""
+    of its step and of the last `window` steps (`recent`: family -> count); 0 with nothing to compare.
+    `families`: one list per brief (group) of the step. Counting other briefs and earlier steps, not the
+    answer's own group, keeps the signal alive where GDPO standardises within the group: in a group whose
+    answers differ in family it differs wherever their families are not equally crowded elsewhere. Family A
+    written by 6 of 8 answers to the other briefs and recent steps pays -0.75 x weight.
+
+    `eligible` (same shape; `cfg.max_factor_r2` set): rarity relieves only the answers marked True (a bet of
+    its own that makes money on the train window, `rl.env.VerifierEnv.step_channels`); every other answer,
+    invalid ones included, pays the full -weight, so that a rare trap or a broken answer is not the group's
+    most diverse. Without it an answer without a family (invalid) gets 0. Their families still count in the
+    others' shares: they were written."""
     step = Counter(f for g in families for f in g if f)
     n_recent = sum(recent.values())
     out = []
-    for g in families:
+    for i, g in enumerate(families):
         own = Counter(f for f in g if f)
         n_other = sum(step.values()) - sum(own.values()) + n_recent
-        out.append([-cfg.weight * (step[f] - own[f] + recent.get(f, 0)) / n_other
-                    if f and n_other else 0.0 for f in g])
+        row = []
+        for j, f in enumerate(g):
+            if eligible is not None and not eligible[i][j]:
+                row.append(-cfg.weight)
+            else:
+                row.append(-cfg.weight * (step[f] - own[f] + recent.get(f, 0)) / n_other if f and n_other else 0.0)
+        out.append(row)
     return out
 
 
@@ -207,7 +217,8 @@ REGISTRY: tuple[Channel, ...] = (
     Channel("crowding", "R13", crowding, "crowding", "step",
             "-weight x the share of the answer's family (its canonical form, or the family whose P&L it "
             "tracks at |corr| >= 0.9) among the other briefs' answers of the step and of recent steps (set by "
-            "the RL environment; 0 when a formula is scored alone)"),
+            "the RL environment; 0 when a formula is scored alone); an answer that is invalid, loses (CPCV <= 0) "
+            "or is a factor bet (factor R^2 > max_factor_r2) pays the full -weight"),
     Channel("compliance", "R14", compliance, "compliance", "group",
             "share of the brief's checks passed - 1 (3 of 5 pays -0.4); an invalid answer -1 when gated; 0 "
             "when a formula is scored without a brief"),
