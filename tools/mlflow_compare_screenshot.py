@@ -1,12 +1,16 @@
-"""Screenshot of the MLflow UI's run-comparison view of the ladder's rungs (for the README): their probe runs,
-whose `shipped/*` metrics are the shipped checkpoint's holdout score, families, effective bets, coverage and
-compliance, and whose params are the rung's recipe.
+"""Screenshot of the MLflow UI's run-comparison view of a ladder's rungs (for the README and docs): their
+probe runs, whose `shipped/*` metrics are the shipped checkpoint's holdout score, families, effective bets,
+coverage and compliance.
 
-Starts `mlflow server` on the project's store, finds the rungs' probe runs through the REST API, opens the
-compare view in headless Chromium (Debian's `chromium`) and writes a PNG.
+Starts `mlflow server` on the project's store, finds the rungs' finished probe runs through the REST API,
+opens the compare view in headless Chromium (Debian's `chromium`) driven by Playwright, and sets the view
+up as a user would: the parallel-coordinates plot on the recipe keys that differ and the `shipped/*`
+metrics, the parameters table on "Show diff only", the metrics table scrolled to its `shipped/*` rows.
+Nothing on the page is edited; what the UI shows is what the PNG shows.
 
-    .venv/bin/python tools/mlflow_compare_screenshot.py --store results/mlflow/mlflow.db \
-        --experiment alphagym --out docs/img/mlflow_compare.png
+    .venv/bin/pip install -e '.[docs]'   # playwright (no browser download: it drives /usr/bin/chromium)
+    .venv/bin/python tools/mlflow_compare_screenshot.py --store results/real/mlflow/mlflow.db \
+        --experiment alphagym-real --out docs/img/mlflow_compare.png
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+METRICS = ("shipped/holdout_score", "shipped/families_positive", "shipped/holdout_effective_bets",
+           "shipped/archive_effective_bets", "shipped/compliance", "shipped/planted_edges_expressed")
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -36,13 +43,63 @@ def _call(url: str, body: dict | None = None) -> dict:
         return json.loads(r.read())
 
 
+def _probe_runs(base: str, experiment: str) -> tuple[str, list[dict]]:
+    """The experiment's id and, per rung, the latest finished probe run among those with the most steps (a
+    shortened trial run of a rung does not stand in for it)."""
+    for _ in range(90):
+        try:
+            exp = _call(f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name={experiment}")
+            break
+        except OSError:
+            time.sleep(1)
+    else:
+        sys.exit("mlflow server did not answer in 90 s")
+    exp_id = exp["experiment"]["experiment_id"]
+    runs = _call(f"{base}/api/2.0/mlflow/runs/search",
+                 {"experiment_ids": [exp_id], "filter": "tags.`alphagym.stage` LIKE 'probe@%' and "
+                  "attributes.status = 'FINISHED'", "max_results": 200})["runs"]
+
+    def steps(r: dict) -> int:
+        params = {p["key"]: p["value"] for p in r["data"].get("params", [])}
+        return int(params.get("rl.recipe.steps", 0))
+
+    latest: dict[str, dict] = {}
+    for r in sorted(runs, key=lambda r: (steps(r), r["info"]["start_time"])):
+        latest[r["info"]["run_name"]] = r
+    return exp_id, [latest[k] for k in sorted(latest)]
+
+
+def _differing_params(runs: list[dict], most: int = 3) -> list[str]:
+    """The recipe and seed keys whose values differ between the runs (the rungs' changes), at most `most`."""
+    values: dict[str, set[str]] = {}
+    for r in runs:
+        for p in r["data"].get("params", []):
+            values.setdefault(p["key"], set()).add(p["value"])
+    keys = [k for k, v in sorted(values.items()) if len(v) > 1 and (k.startswith("rl.recipe.") or k == "seed")]
+    return keys[:most]
+
+
+def _pick(page, box: int, names: list[str]) -> None:
+    """Select `names` in the plot's `box`-th select (0: parameters, 1: metrics) by typing each one."""
+    combo = page.get_by_role("combobox").nth(box)
+    for name in names:
+        combo.click()
+        page.keyboard.type(name)
+        page.keyboard.press("Enter")
+        page.keyboard.press("Escape")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--store", default="results/mlflow/mlflow.db")
     ap.add_argument("--experiment", default="alphagym")
     ap.add_argument("--out", default="docs/img/mlflow_compare.png")
-    ap.add_argument("--size", default="1700,1900")
+    ap.add_argument("--size", default="1800,1500", help="viewport width,height in pixels")
     args = ap.parse_args()
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        sys.exit("playwright not installed: .venv/bin/pip install -e '.[docs]'")
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         sys.exit("chromium not found (apt-get install chromium)")
@@ -53,37 +110,35 @@ def main() -> int:
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(90):
-            try:
-                exp = _call(f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name={args.experiment}")
-                break
-            except OSError:
-                time.sleep(1)
-        else:
-            sys.exit("mlflow server did not answer in 90 s")
-        exp_id = exp["experiment"]["experiment_id"]
-        runs = _call(f"{base}/api/2.0/mlflow/runs/search",
-                     {"experiment_ids": [exp_id], "filter": "tags.`alphagym.stage` LIKE 'probe@%' and "
-                      "attributes.status = 'FINISHED'", "max_results": 50})["runs"]
-        def steps(r: dict) -> int:
-            params = {p["key"]: p["value"] for p in r["data"].get("params", [])}
-            return int(params.get("rl.recipe.steps", 0))
-
-        latest: dict[str, dict] = {}
-        # per rung, the latest finished run among those with the most steps (a shortened trial run of a rung
-        # does not stand in for it)
-        for r in sorted(runs, key=lambda r: (steps(r), r["info"]["start_time"])):
-            latest[r["info"]["run_name"]] = r
-        ids = [r["info"]["run_id"] for r in latest.values()]
-        if len(ids) < 2:
-            sys.exit(f"fewer than two finished rungs in experiment {args.experiment!r}: {sorted(latest)}")
-        query = urllib.parse.urlencode({"runs": json.dumps(ids), "experiments": json.dumps([exp_id])})
-        url = f"{base}/#/compare-runs?{query}"
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                        f"--window-size={args.size}", "--virtual-time-budget=20000",
-                        f"--screenshot={Path(args.out).resolve()}", url], check=True, capture_output=True, timeout=180)
-        print(f"{args.out}: compare view of {sorted(latest)}")
+        exp_id, runs = _probe_runs(base, args.experiment)
+        if len(runs) < 2:
+            sys.exit(f"fewer than two finished probe runs in experiment {args.experiment!r}")
+        present = {m["key"] for r in runs for m in r["data"].get("metrics", [])}
+        metrics = [m for m in METRICS if m in present]
+        params = _differing_params(runs)
+        query = urllib.parse.urlencode({"runs": json.dumps([r["info"]["run_id"] for r in runs]),
+                                        "experiments": json.dumps([exp_id])})
+        width, height = (int(v) for v in args.size.split(","))
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.goto(f"{base}/#/compare-runs?{query}")
+            page.wait_for_selector("text=Comparing", timeout=90_000)
+            page.wait_for_timeout(2000)
+            close = page.get_by_role("button", name="Close")
+            if close.count():
+                close.first.click()                       # the assistant's side panel
+            page.get_by_role("button", name="Clear All").click()
+            _pick(page, 0, params)
+            _pick(page, 1, metrics)
+            page.get_by_text("Show diff only").first.click()          # parameters: only what differs
+            first = page.get_by_text(metrics[0], exact=True).last     # the metrics table's row
+            first.evaluate("e => e.scrollIntoView({block: 'nearest'})")
+            page.wait_for_timeout(1500)
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(args.out))
+            browser.close()
+        print(f"{args.out}: compare view of {[r['info']['run_name'] for r in runs]}; axes {params + metrics}")
     finally:
         server.terminate()
         server.wait(timeout=20)
