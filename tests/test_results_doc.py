@@ -80,3 +80,15 @@ def test_blocks_take_the_report_sections_and_the_rest_is_kept(report_dir, tmp_pa
 def test_a_marker_for_a_missing_section_names_it(report_dir, tmp_path):
     with pytest.raises(SystemExit, match="no section 'Seeds'"):
         results_doc.splice(DOC + "<!-- report:Seeds -->\n<!-- /report:Seeds -->\n", report_dir, tmp_path / "img", None)
+
+
+def test_another_profiles_marker_splices_only_its_own_blocks(report_dir, tmp_path):
+    """`marker="real"`: the `<!-- real:NAME -->` blocks and the `real-label` take this report; the default
+    profile's `report:` blocks and run label stay as they were."""
+    doc = DOC + ("\nFrom <!-- real-label -->x<!-- /real-label -->.\n"
+                 "<!-- real:Shipped -->\nreal stale\n<!-- /real:Shipped -->\n")
+    out, figures = results_doc.splice(doc, report_dir, tmp_path / "img", "real run", marker="real")
+    assert "<!-- real:Shipped -->\nThe ladder ships rung `a`." in out and "real stale" not in out
+    assert "![growth](img/real/growth.png)" in out and figures == ["growth.png"]
+    assert "<!-- real-label -->real run<!-- /real-label -->" in out
+    assert "| a | 0.1 |" in out and "stale" in out and "<!-- run-label -->an old run" in out

@@ -7,7 +7,10 @@ report's own output, never retyped. A marker naming a section the report lacks i
     python tools/results_doc.py results/report/tiny [--doc docs/results.md] [--label "commit 758adae"]
 
 `--label` replaces the text of a `<!-- run-label -->...<!-- /run-label -->` block (which run the tables come
-from).
+from). `--marker real` splices another profile's report into its own blocks, `<!-- real:NAME -->` ...
+`<!-- /real:NAME -->` and `<!-- real-label -->`, with its figures in `docs/img/real/`:
+
+    python tools/results_doc.py results/real/report/tiny --marker real --label "..."
 """
 
 from __future__ import annotations
@@ -19,8 +22,20 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCK = re.compile(r"(<!-- report:(?P<name>[^>]+?) -->\n)(?P<body>.*?)(<!-- /report:(?P=name) -->)", re.S)
-LABEL = re.compile(r"(<!-- run-label -->)(.*?)(<!-- /run-label -->)", re.S)
+
+
+def block(marker: str) -> re.Pattern:
+    """`<!-- MARKER:NAME -->` ... `<!-- /MARKER:NAME -->`."""
+    return re.compile(rf"(<!-- {marker}:(?P<name>[^>]+?) -->\n)(?P<body>.*?)(<!-- /{marker}:(?P=name) -->)", re.S)
+
+
+def label_block(marker: str) -> re.Pattern:
+    """The run label's block: `run-label` for the default marker `report`, `MARKER-label` for another."""
+    tag = "run-label" if marker == "report" else f"{marker}-label"
+    return re.compile(rf"(<!-- {tag} -->)(.*?)(<!-- /{tag} -->)", re.S)
+
+
+BLOCK = block("report")
 IMAGE = re.compile(r"!\[([^\]]*)\]\(figures/([^)]+)\)")
 
 
@@ -36,9 +51,11 @@ def sections(report: str) -> dict[str, str]:
     return out
 
 
-def splice(doc: str, report_dir: Path, img_dir: Path, label: str | None) -> tuple[str, list[str]]:
+def splice(doc: str, report_dir: Path, img_dir: Path, label: str | None,
+           marker: str = "report") -> tuple[str, list[str]]:
     found = sections((report_dir / "report.md").read_text())
-    missing = [m.group("name") for m in BLOCK.finditer(doc) if m.group("name") not in found]
+    pattern = block(marker)
+    missing = [m.group("name") for m in pattern.finditer(doc) if m.group("name") not in found]
     if missing:
         raise SystemExit(f"{report_dir / 'report.md'} has no section {missing[0]!r} (it has: {', '.join(found)})")
     figures: list[str] = []
@@ -48,13 +65,13 @@ def splice(doc: str, report_dir: Path, img_dir: Path, label: str | None) -> tupl
 
         def image(im: re.Match) -> str:
             figures.append(im.group(2))
-            return f"![{im.group(1)}](img/report/{im.group(2)})"
+            return f"![{im.group(1)}](img/{marker}/{im.group(2)})"
 
         return f"{m.group(1)}{IMAGE.sub(image, text)}\n{m.group(4)}"
 
-    doc = BLOCK.sub(body, doc)
+    doc = pattern.sub(body, doc)
     if label is not None:
-        doc = LABEL.sub(lambda m: f"{m.group(1)}{label}{m.group(3)}", doc)
+        doc = label_block(marker).sub(lambda m: f"{m.group(1)}{label}{m.group(3)}", doc)
     img_dir.mkdir(parents=True, exist_ok=True)
     for name in figures:
         shutil.copyfile(report_dir / "figures" / name, img_dir / name)
@@ -66,12 +83,14 @@ def main() -> int:
     ap.add_argument("report_dir", type=Path, help="the report stage's folder (holds report.md and figures/)")
     ap.add_argument("--doc", type=Path, default=ROOT / "docs" / "results.md")
     ap.add_argument("--label", default=None, help="which run the tables come from")
+    ap.add_argument("--marker", default="report", help="the blocks' marker (another profile's: e.g. real)")
     args = ap.parse_args()
     if not (args.report_dir / "report.md").is_file():
         raise SystemExit(f"{args.report_dir / 'report.md'} not found: run the report stage first")
-    doc, figures = splice(args.doc.read_text(), args.report_dir, args.doc.parent / "img" / "report", args.label)
+    doc, figures = splice(args.doc.read_text(), args.report_dir, args.doc.parent / "img" / args.marker, args.label,
+                          args.marker)
     args.doc.write_text(doc)
-    print(f"{args.doc}: {len(BLOCK.findall(doc))} report blocks, {len(figures)} figures copied")
+    print(f"{args.doc}: {len(block(args.marker).findall(doc))} {args.marker} blocks, {len(figures)} figures copied")
     return 0
 
 
