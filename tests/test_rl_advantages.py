@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from alphagym.rl.advantages import floor_eligible, gdpo, group_advantages, project, standardise
+from alphagym.rl.advantages import floor_eligible, gdpo, group_advantages, on_brief, project, standardise
 
 
 def test_standardise_by_hand_and_constant_channel_is_zero():
@@ -92,3 +92,18 @@ def test_combined_reward_lets_a_wide_channel_dominate_gdpo_does_not():
     assert np.argmax(g) == 0 and np.argmax(c) in (0, 2)
     with pytest.raises(ValueError, match="unknown advantage"):
         group_advantages(ch, pri, np.ones(4, bool), np.zeros(4), None, "ppo")
+
+
+def test_min_compliance_keeps_an_off_brief_answer_from_a_positive_advantage():
+    """A group of four where the best-scoring answer passes 2 of 5 brief checks (R14 -0.6): with
+    `min_compliance` 0.6 it may not be reinforced, its positive advantage goes to the answers on brief and the
+    group still sums to zero; without it (negative control) it gets the largest advantage."""
+    ch = {"cpcv": [2.0, 0.5, 0.4, -0.5], "compliance": [-0.6, 0.0, -0.4, -0.2]}
+    pri = {"cpcv": 3.0, "compliance": 1.0}
+    valid, core = np.ones(4, bool), np.array(ch["cpcv"])
+    plain = group_advantages(ch, pri, valid, core, None)
+    gated = group_advantages(ch, pri, valid, core, None, min_compliance=0.6)
+    assert np.argmax(plain) == 0 and plain[0] > 0
+    assert gated[0] <= 0 and abs(gated.sum()) < 1e-9 and np.argmax(gated) == 1
+    assert list(on_brief(np.array(ch["compliance"]), 0.6)) == [False, True, True, True]
+    assert on_brief(np.array(ch["compliance"]), None).all()

@@ -652,6 +652,9 @@ class RlRecipe(Section):
     advantage_floor: float | Literal["off"] = Field(
         description="answers whose core score (train CPCV) is at or below this get no positive advantage; "
                     "'off' puts the floor at minus infinity")
+    min_compliance: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        description="answers passing less than this share of their brief's checks (R14) get no positive "
+                    "advantage, as below the floor; null: brief-following does not narrow eligibility")
     updates_per_batch: Annotated[int, Field(ge=1, le=16)] = Field(
         description="optimizer passes over each rollout batch (TRL: num_iterations)")
     lr: Annotated[float, Field(gt=0, le=1)] = Field(description="AdamW learning rate (constant)")

@@ -74,11 +74,28 @@ def floor_eligible(valid: np.ndarray, core: np.ndarray, floor: float | None) -> 
     return valid & (np.asarray(core, float) > float(floor))
 
 
+def on_brief(compliance: np.ndarray, min_share: float | None) -> np.ndarray:
+    """Answers that follow their brief well enough for a positive advantage: R14 (`compliance`, the share of
+    the brief's checks passed minus 1) at least `min_share` - 1; all of them when `min_share` is None. With
+    0.6, an answer passing 3 of 5 checks stays eligible and one passing 2 does not."""
+    compliance = np.asarray(compliance, float)
+    if min_share is None:
+        return np.ones(compliance.shape, bool)
+    return compliance + 1.0 >= float(min_share) - 1e-9
+
+
 def group_advantages(channels: Mapping[str, Sequence[float]], priorities: Mapping[str, float], valid: np.ndarray,
-                     core: np.ndarray, floor: float | None, kind: str = "gdpo") -> np.ndarray:
+                     core: np.ndarray, floor: float | None, kind: str = "gdpo",
+                     min_compliance: float | None = None) -> np.ndarray:
     """GDPO (or the combined reward's z-score), then the validity projection and the floor's in one
-    projection: the floor only narrows the answers eligible for a positive advantage."""
+    projection: the floor, and `min_compliance` (`on_brief`, read from the `compliance` channel), only narrow
+    the answers eligible for a positive advantage. An answer that ignores its brief then cannot be
+    reinforced however well it scores, which a summed compliance channel cannot promise: there CPCV's
+    priority outweighs it."""
     if kind not in ("gdpo", "combined"):
         raise ValueError(f"unknown advantage {kind!r} (gdpo, combined)")
     raw = gdpo(channels, priorities) if kind == "gdpo" else combined(channels, priorities)
-    return project(raw, floor_eligible(valid, core, floor))
+    eligible = floor_eligible(valid, core, floor)
+    if min_compliance is not None:
+        eligible &= on_brief(np.asarray(channels["compliance"], float), min_compliance)
+    return project(raw, eligible)

@@ -155,7 +155,8 @@ class Trainer:
             names = list(g[0].channels)
             chans = {c: [s.channels[c] for s in g] for c in names}
             out.append(group_advantages(chans, self.env.priorities, np.array([s.valid for s in g]),
-                                        np.array([s.core for s in g]), self.floor, self.cfg.advantage))
+                                        np.array([s.core for s in g]), self.floor, self.cfg.advantage,
+                                        self.cfg.min_compliance))
         return np.concatenate(out)
 
     # --- 4-5. the update ----------------------------------------------------------------------------------------
