@@ -97,3 +97,16 @@ def test_the_bets_table_gives_step_0_and_the_shipped_checkpoint_with_the_archive
     assert rows[0]["families"] == 40 and rows[1]["families"] == 3 and rows[1]["holdout_score"] == 1.5
     assert rows[1]["archive_effective_bets"] == 6.3 and "archive_effective_bets" not in rows[0]
     assert "planted_edges_expressed" not in rows[0]
+
+
+def test_coverage_columns_are_left_out_where_no_rung_has_them():
+    """On real data (no planted effects) the coverage columns are absent from the Ladder and Seeds tables,
+    not a column of dashes; on the simulator they stay, even when one rung lacks them."""
+    from alphagym.report.stage import LADDER_COLS, SEED_COLS, present
+
+    real = [{"rung": "a", "planted_edges_expressed": None, "decoy_trap_answers": float("nan")}]
+    cols = present(real, LADDER_COLS)
+    assert "planted_edges_expressed" not in cols and "decoy_trap_answers" not in cols and "families" in cols
+    assert "planted_edges_expressed_mean" not in present([{"planted_edges_expressed_mean": None}], SEED_COLS)
+    sim = real + [{"rung": "b", "planted_edges_expressed": 2, "decoy_trap_answers": 0}]
+    assert present(sim, LADDER_COLS) == LADDER_COLS

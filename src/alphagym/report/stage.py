@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,19 @@ LADDER_COLS = ("rung", "parent", "change", "status", "steps", "shipped_step", "t
 SEED_COLS = ("rung", "seeds", "mean", "sd", "min", "max", "families_mean", "families_sd",
              "holdout_effective_bets_mean", "holdout_effective_bets_sd", "planted_edges_expressed_mean",
              "planted_edges_expressed_sd", "compliance_mean", "compliance_sd")
+# planted-edge coverage exists on the simulator only: on real data these columns are left out, not shown empty
+COVERAGE_COLUMNS = ("planted_edges_expressed", "planted_edges_expressed_mean", "planted_edges_expressed_sd",
+                    "decoy_trap_answers")
+
+
+def present(rows: Sequence[Mapping[str, Any]], cols: Sequence[str]) -> tuple[str, ...]:
+    """`cols` without the coverage columns that no row has a value for (None and NaN count as none)."""
+    def has(r: Mapping[str, Any], c: str) -> bool:
+        v = r.get(c)
+        return v is not None and not (isinstance(v, float) and math.isnan(v))
+    return tuple(c for c in cols if c not in COVERAGE_COLUMNS or any(has(r, c) for r in rows))
+
+
 COUNT_COLUMNS = ("valid", "families", "families_positive", "capped_answers", "planted_edges_expressed",
                  "decoy_trap_answers", "archive_answers")
 CKPT_COLS = ("step", "shipped", "train_cpcv", "valid", "families", "families_positive", "compliance",
@@ -174,7 +188,7 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
           "`report` stage from the rungs' own outputs; holdout numbers come from the probe, after selection.", "",
           "## Ladder", "", "`vs_parent`: change of the shipped holdout score against the parent rung's shipped "
           "checkpoint (step 0 for a rung on the SFT policy).", "",
-          plots.table_md(rows, LADDER_COLS, {k: ".0f" for k in COUNT_COLUMNS}), ""]
+          plots.table_md(rows, present(rows, LADDER_COLS), {k: ".0f" for k in COUNT_COLUMNS}), ""]
     diff_rows = [{"rung": r["rung"], "recipe_diff": r["recipe_diff"]} for r in rows]
     md += ["Recipe keys each rung changes against its parent:", "",
            plots.table_md(diff_rows, ("rung", "recipe_diff")), ""]
@@ -183,7 +197,7 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
                f"checkpoint's families, effective bets, planted edges expressed and compliance (mean and sd). "
                f"Noise floor: the largest seed sd of the holdout score, {floor:.3f}; a change vs parent beyond "
                "twice it is marked `beyond_noise`.", "",
-               plots.table_md(spread, SEED_COLS), ""]
+               plots.table_md(spread, present(spread, SEED_COLS)), ""]
     else:
         md += ["## Seeds", "", "Every rung ran one seed (`rl.seeds: 1`): rung differences cannot be told from "
                "noise. Run replicas with `--set rl.seeds=3` (or a rung's `seeds`).", ""]
