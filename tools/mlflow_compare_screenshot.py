@@ -4,13 +4,14 @@ coverage and compliance.
 
 Starts `mlflow server` on the project's store, finds the rungs' finished probe runs through the REST API,
 opens the compare view in headless Chromium (Debian's `chromium`) driven by Playwright, and sets the view
-up as a user would: the parallel-coordinates plot on the recipe keys that differ and the `shipped/*`
-metrics, the parameters table on "Show diff only", the metrics table scrolled to its `shipped/*` rows.
+up as a user would: the parallel-coordinates plot on the `shipped/*` metrics (probe runs log no recipe
+keys, so no parameter axis), the parameters table on "Show diff only", the metrics table scrolled to
+its `shipped/*` rows.
 Nothing on the page is edited; what the UI shows is what the PNG shows.
 
     .venv/bin/pip install -e '.[docs]'   # playwright (no browser download: it drives /usr/bin/chromium)
-    .venv/bin/python tools/mlflow_compare_screenshot.py --store results/real/mlflow/mlflow.db \
-        --experiment alphagym-real --out docs/img/mlflow_compare.png
+    .venv/bin/python tools/mlflow_compare_screenshot.py --store results/mlflow/mlflow.db \
+        --experiment alphagym --out docs/img/mlflow_compare.png
 """
 
 from __future__ import annotations
@@ -69,16 +70,6 @@ def _probe_runs(base: str, experiment: str) -> tuple[str, list[dict]]:
     return exp_id, [latest[k] for k in sorted(latest)]
 
 
-def _differing_params(runs: list[dict], most: int = 3) -> list[str]:
-    """The recipe and seed keys whose values differ between the runs (the rungs' changes), at most `most`."""
-    values: dict[str, set[str]] = {}
-    for r in runs:
-        for p in r["data"].get("params", []):
-            values.setdefault(p["key"], set()).add(p["value"])
-    keys = [k for k, v in sorted(values.items()) if len(v) > 1 and (k.startswith("rl.recipe.") or k == "seed")]
-    return keys[:most]
-
-
 def _pick(page, box: int, names: list[str]) -> None:
     """Select `names` in the plot's `box`-th select (0: parameters, 1: metrics) by typing each one."""
     combo = page.get_by_role("combobox").nth(box)
@@ -115,7 +106,6 @@ def main() -> int:
             sys.exit(f"fewer than two finished probe runs in experiment {args.experiment!r}")
         present = {m["key"] for r in runs for m in r["data"].get("metrics", [])}
         metrics = [m for m in METRICS if m in present]
-        params = _differing_params(runs)
         query = urllib.parse.urlencode({"runs": json.dumps([r["info"]["run_id"] for r in runs]),
                                         "experiments": json.dumps([exp_id])})
         width, height = (int(v) for v in args.size.split(","))
@@ -129,7 +119,6 @@ def main() -> int:
             if close.count():
                 close.first.click()                       # the assistant's side panel
             page.get_by_role("button", name="Clear All").click()
-            _pick(page, 0, params)
             _pick(page, 1, metrics)
             page.get_by_text("Show diff only").first.click()          # parameters: only what differs
             first = page.get_by_text(metrics[0], exact=True).last     # the metrics table's row
@@ -138,7 +127,7 @@ def main() -> int:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(args.out))
             browser.close()
-        print(f"{args.out}: compare view of {[r['info']['run_name'] for r in runs]}; axes {params + metrics}")
+        print(f"{args.out}: compare view of {[r['info']['run_name'] for r in runs]}; axes {metrics}")
     finally:
         server.terminate()
         server.wait(timeout=20)

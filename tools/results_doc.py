@@ -34,8 +34,6 @@ def label_block(marker: str) -> re.Pattern:
     tag = "run-label" if marker == "report" else f"{marker}-label"
     return re.compile(rf"(<!-- {tag} -->)(.*?)(<!-- /{tag} -->)", re.S)
 
-
-BLOCK = block("report")
 IMAGE = re.compile(r"!\[([^\]]*)\]\(figures/([^)]+)\)")
 
 
