@@ -69,15 +69,16 @@ def test_selection_refuses_holdout_columns():
         select_checkpoint(pd.DataFrame({"step": [], "train_cpcv": []}))
 
 
-def _build_ladder(tmp: Path, overrides: list[str], panels=None):
-    """A results folder with everything the probe needs for rung `cispo_repo` (two checkpoints), on the
-    profile `overrides` select: its panels (`panels`, else built from its source) and its ground truth
-    (the simulator's effects, decoys and traps, or real data's note that there is none)."""
+def _build_ladder(tmp: Path, overrides: list[str], panels=None, rung: str | None = "cispo_repo"):
+    """A results folder with everything the probe needs for `rung` (two checkpoints; None: the profile's
+    first rung), on the profile `overrides` select: its panels (`panels`, else built from its source) and
+    its ground truth (the simulator's effects, decoys and traps, or real data's note that there is none)."""
     params = load_params(ROOT / "params.yaml", [f"paths.results={tmp}/results", "tracking.enabled=false",
                                                 "briefs.holdout=6", "rl.recipe.max_new_tokens=64", "rl.seeds=1",
                                                 *overrides])
     table = stage_table(params)
-    deps = table["probe@cispo_repo"].deps
+    rung = rung or params.rl.ladder[0]
+    deps = table[f"probe@{rung}"].deps
     prices, sectors, truth = load_source(params)
     train, holdout = panels if panels is not None else build_panel(prices, sectors, params)[:2]
     for key, panel in (("train", train), ("holdout", holdout)):
@@ -121,7 +122,8 @@ def ladder(tmp_path_factory, sim_panels):
 @pytest.fixture(scope="module")
 def real_ladder(tmp_path_factory, shared_data):
     """The probe's inputs on the `real` profile (the shared prices; skipped when they are absent)."""
-    return _build_ladder(tmp_path_factory.mktemp("real_ladder"), ["profile=real", f"data.csv_dir={shared_data}"])
+    return _build_ladder(tmp_path_factory.mktemp("real_ladder"), ["profile=real", f"data.csv_dir={shared_data}"],
+                         rung=None)
 
 
 def test_probe_selects_on_train_numbers_before_scoring_the_holdout(ladder, monkeypatch):
@@ -176,8 +178,9 @@ def test_on_real_data_the_probe_counts_bets_without_coverage(real_ladder):
     """The `real` profile's probe: every bet-counting column is computed on the real holdout year, and the
     coverage columns, which need the simulator's ground truth, are absent rather than zero."""
     params, table = real_ladder
-    run_stage(params, "probe@cispo_repo")
-    t = pd.read_parquet(table["probe@cispo_repo"].outs["table"])
+    probe = f"probe@{params.rl.ladder[0]}"
+    run_stage(params, probe)
+    t = pd.read_parquet(table[probe].outs["table"])
     assert list(t["step"]) == [0, 2, 4]
     for col in ("valid", "families", "families_positive", "holdout_mean_abs_corr", "holdout_effective_bets",
                 "capped_answers", "capped_effective_bets", "compliance", "compliant_share", "pass_at_k",
