@@ -66,6 +66,24 @@ def test_leg_names_counts_the_thinner_leg():
     np.testing.assert_allclose(leg_names(w), [1.0, 2.0, 0.25 / 0.17, 0.0])
 
 
+def test_leg_names_agrees_with_its_definition_on_a_ranked_book_with_gaps():
+    """The kernel against the formula written with numpy, on a real book's weights with NaN and flat days."""
+    rng = np.random.default_rng(3)
+    sig = rng.standard_normal((300, 46))
+    sig[rng.random(sig.shape) < 0.1] = np.nan
+    sig[10:20] = np.nan                                 # flat days
+    w = weights_from_signal(sig, 2)
+    w[5, :3] = np.nan
+    x = np.nan_to_num(w)
+    legs = [np.where(x > 0, x, 0.0), np.where(x < 0, -x, 0.0)]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pr = [np.where((leg * leg).sum(1) > 0, leg.sum(1) ** 2 / (leg * leg).sum(1), 0.0) for leg in legs]
+    expected = np.minimum(*pr)
+    got = leg_names(w)
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    assert (got[10:20] == 0).all() and got[30] > 10
+
+
 def test_jittered_template_shares_a_canonical_form_and_pays(verifier):
     group = [f"<alpha>rank(ts_std(volume, {w}) / ts_mean(volume, {w}))</alpha>" for w in range(15, 27)]
     cards = verifier.score_group(group)

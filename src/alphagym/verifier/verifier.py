@@ -60,6 +60,7 @@ class ScoreCard:
     pnl: np.ndarray | None = field(default=None, repr=False)
     insample_sharpes: np.ndarray | None = field(default=None, repr=False)
     test_sharpes: np.ndarray | None = field(default=None, repr=False)
+    ast: Node | None = field(default=None, repr=False, compare=False)   # the parsed formula (brief checks read it)
 
     def total(self, priorities: dict[str, float]) -> float:
         """Priority-weighted sum of the raw channels (what a single-reward baseline would see)."""
@@ -185,6 +186,7 @@ class Verifier:
             ast = parse(formula, self.limits)
         except DslError as exc:
             return self._invalid(card, "invalid_score", str(exc), exc.rule)
+        card.ast = ast
         if not self.cache_size:
             return self._score_parsed(card, ast, reasoning, t0)
         key = (ast, reasoning)
@@ -313,7 +315,8 @@ class Verifier:
         gated = self.cfg.compliance.gated
         for c in cards:
             try:
-                comp = brief.check(parse(c.formula, self.limits)) if c.formula else None
+                ast = c.ast if c.ast is not None else parse(c.formula, self.limits) if c.formula else None
+                comp = brief.check(ast) if ast is not None else None
             except DslError:
                 comp = None
             share = comp.share if comp else 0.0
