@@ -122,22 +122,30 @@ FIGURES = (
     Figure("RL step, the default recipe (`cispo_repo`: `rl.recipe` unchanged), two rungs side by side at 1:1 "
            "threads, machine otherwise idle", "≤ 2.0 s", "rung_concurrency_default.txt",
            "python benchmarks/bench_rung_concurrency.py --rung cispo_repo --steps 40 --rounds 1",
-           pair(rx(r"^pair: ([\d.]+) s a step each \(p90 ([\d.]+)\)"), "{} s ({} s)")),
+           pair(rx(r"^pair: ([\d.]+) s a step each \(p90 ([\d.]+)\)", end="# the same command"), "{} s ({} s)")),
     Figure("that step's generation and scoring (the first rung of the pair)", "≤ 0.5 s, ≤ 0.6 s",
            "rung_concurrency_default.txt",
            "python benchmarks/bench_rung_concurrency.py --rung cispo_repo --steps 40 --rounds 1",
            pair(rx(r"pair 1 phases, median \(p90\) s: generation ([\d.]+) \(([\d.]+)\), scoring ([\d.]+) "
-                   r"\(([\d.]+)\)"), "{} s ({} s), {} s ({} s)")),
+                   r"\(([\d.]+)\)", end="# the same command"), "{} s ({} s), {} s ({} s)")),
     Figure("two rungs side by side at 1:1 against one rung at 2:2, rung steps a minute", "",
            "rung_concurrency_default.txt",
            "python benchmarks/bench_rung_concurrency.py --rung cispo_repo --steps 40 --rounds 1",
-           ratio(kv("pair_vs_alone_throughput_median"), kv("pair_vs_alone_throughput_p90"))),
+           ratio(kv("pair_vs_alone_throughput_median", end="# the same command"),
+                 kv("pair_vs_alone_throughput_p90", end="# the same command"))),
     Figure("the same pair on all briefs (`cispo_repo_all`, the rung the step target was set on); its generation "
            "and scoring", "≤ 2.0 s; ≤ 0.5 s, ≤ 0.6 s", "rung_concurrency_decode.txt",
            "python benchmarks/bench_rung_concurrency.py --rung cispo_repo_all --steps 40 --rounds 1",
            lambda t: (pair(rx(r"^pair: ([\d.]+) s a step each \(p90 ([\d.]+)\)"), "{} s ({} s)")(t) + "; "
                       + pair(rx(r"pair 1 phases, median \(p90\) s: generation ([\d.]+) \(([\d.]+)\), scoring "
                                 r"([\d.]+) \(([\d.]+)\)"), "{} s ({} s), {} s ({} s)")(t))),
+    Figure("an RL step's scoring (default rung, 32 answers, R3 on, 1 numba thread): the verifier against its "
+           "reference (leg names in numpy, brief checks parsing again), alternating in one process, beside the "
+           "ladder DAG; seconds a step, then the ratio", "scoring ≤ 0.6 s", "step_scoring.txt",
+           "python benchmarks/bench_step_scoring.py --steps 8 --rounds 3", None,
+           lambda t: (f"{secs(kv('step_scoring_ours_median'), kv('step_scoring_ours_p90'))(t)} against "
+                      f"{secs(kv('step_scoring_reference_median'), kv('step_scoring_reference_p90'))(t)}: "
+                      f"{ratio(kv('step_scoring_speedup_median'), kv('step_scoring_speedup_p90'))(t)}")),
     Figure("RL step, a DoRA rung (`cispo_repo_dora`), two side by side at 1:1", "≤ 3.0 s",
            "rung_concurrency_dora.txt",
            "python benchmarks/bench_rung_concurrency.py --rung cispo_repo_dora --steps 40 --rounds 1",
