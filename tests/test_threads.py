@@ -76,3 +76,32 @@ def test_the_heap_thresholds_are_set_on_glibc():
 
     runtime.configure_runtime()
     assert runtime._done == _sys.platform.startswith("linux")
+
+
+def test_building_a_policy_or_a_world_model_leaves_torchs_threads_alone(sim_panels):
+    """torch's thread count is the stage's to set: the library functions a notebook calls do not change it
+    (the control: the stage function does set it, so the check can fail)."""
+    import torch
+
+    from alphagym.config import load_params
+    from alphagym.params import Policy
+    from alphagym.policy.model import build_policy
+    from alphagym.worldmodel.train import train_world_model
+    from test_worldmodel_train import CFG
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        params = load_params(os.path.join(os.path.dirname(__file__), "..", "params.yaml"), [])
+        cfg = Policy.model_validate({**params.policy.model_dump(), "threads": 2,
+                                     "tiny": {**params.policy.tiny.model_dump(), "vocab_size": 300,
+                                              "hidden_size": 16, "intermediate_size": 32, "layers": 1}})
+        build_policy("tiny", cfg, ["rank(close)", "rank(volume)"], seed=0)
+        assert torch.get_num_threads() == 1
+        train_world_model(sim_panels[0].slice_days(0, 200), CFG.model_copy(update={"threads": 2}), seed=0,
+                          progress=False)
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(cfg.threads)            # what the sft stage does first
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

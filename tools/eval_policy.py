@@ -17,6 +17,8 @@ import json
 import time
 from pathlib import Path
 
+import torch
+
 from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.generate import read_briefs
 from alphagym.config import load_params, results_dir
@@ -43,6 +45,7 @@ def main() -> None:
     if bool(args.policy) == bool(args.zero_shot):
         ap.error("give a policy folder or --zero-shot BACKEND, not both")
     params = load_params(ROOT / "params.yaml", args.set)
+    torch.set_num_threads(params.policy.threads)      # as the sft stage runs the policy
     r = results_dir(params)
     ev, cat = params.sft.eval, load_catalogue()
     seeds = args.seeds or [int(params.seed) + 1]      # the stage evaluates after SFT with seed + 1

@@ -138,8 +138,8 @@ def load_policy(path: str | Path, nf4: bool = False, trainable: bool = False) ->
 
 def build_policy(backend: str, cfg: PolicyParams, corpus_texts: Sequence[str], seed: int) -> Policy:
     """A fresh policy of `backend` from the `policy` params block: the tiny model gets a tokenizer trained
-    on `corpus_texts`; pretrained bases are loaded; the adapter (if any) is wrapped on."""
-    torch.set_num_threads(cfg.threads)
+    on `corpus_texts`; pretrained bases are loaded; the adapter (if any) is wrapped on. torch's thread
+    count is process state and stays the caller's (the stage sets `policy.threads`)."""
     if backend == "tiny":
         from alphagym.policy.tokenizer import train_tokenizer
 

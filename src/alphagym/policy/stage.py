@@ -87,6 +87,7 @@ def _evaluate_on_holdout(policy: Policy, holdout: list[dict[str, Any]], verifier
 def sft(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: StageRun, item: str) -> dict[str, Any]:
     seed, cat = params.seed, load_catalogue()
     pcfg, scfg = params.policy, params.sft[item]
+    torch.set_num_threads(pcfg.threads)
     pairs = read_parquet(deps["corpus"], columns=CORPUS_COLUMNS, what="SFT corpus")
     corpus_pairs = len(pairs)
     if scfg.max_formula_chars:

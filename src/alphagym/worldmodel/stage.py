@@ -97,6 +97,8 @@ def _auc_gate(train: Panel, world_dir: Path, params: Params, result: Any) -> dic
 def world_model(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:
     cfg = params.worldmodel
     train = Panel.read_parquet(deps["train"])
+    torch.set_num_threads(cfg.threads)             # process state: the stage's, not the trainer's
+    torch.use_deterministic_algorithms(True)
     result = train_world_model(train, cfg, params.seed,
                                log=lambda row, epoch: run.log_metrics(row, step=epoch))
     gen = WorldGenerator(result.model, result.scaler, cfg.probe_ridge, cfg.max_latent_step,

@@ -122,11 +122,11 @@ def validation_metrics(model: WorldModel, data: WindowData, train_idx: np.ndarra
 def train_world_model(panel: Panel, cfg: WorldModelParams, seed: int,
                       log: Callable[[dict[str, float], int], None] | None = None,
                       progress: bool = True) -> TrainResult:
+    """Train the world model on `panel`. torch's thread count and deterministic-algorithms switch are process
+    state, set by the caller (the `world_model` stage sets `worldmodel.threads` and determinism)."""
     from tqdm import tqdm
 
     torch.manual_seed(seed)
-    torch.use_deterministic_algorithms(True)
-    torch.set_num_threads(cfg.threads)
     gen = torch.Generator().manual_seed(seed)
     raw = make_features(panel)
     scaler = FeatureScaler.fit(raw)
