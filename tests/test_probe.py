@@ -157,6 +157,7 @@ def test_probe_selects_on_train_numbers_before_scoring_the_holdout(ladder, monke
     best = t.sort_values(["train_cpcv", "step"], ascending=[False, True]).iloc[0]
     assert int(best["step"]) == out["shipped_step"]
     assert t["pass_at_k"].between(0, 1).all() and {"families", "holdout_effective_bets", "capped_answers"} <= set(t)
+    assert t["sampled_families"].ge(0).all()      # the samples' families, beside the greedy answers' ones
     assert t["valid"].ge(1).all() and t["families"].ge(1).all()   # the bet counts see real answers
     assert (t["families_positive"] <= t["families"]).all() and (t["train_capped_sharpe"].notna()).all()
     summary = json.loads(Path(outs["summary"]).read_text())
@@ -184,7 +185,7 @@ def test_on_real_data_the_probe_counts_bets_without_coverage(real_ladder):
     assert list(t["step"]) == [0, 2, 4]
     for col in ("valid", "families", "families_positive", "holdout_mean_abs_corr", "holdout_effective_bets",
                 "capped_answers", "capped_effective_bets", "compliance", "compliant_share", "pass_at_k",
-                "train_capped_sharpe", "train_effective_bets"):
+                "sampled_families", "train_capped_sharpe", "train_effective_bets"):
         assert col in t.columns, col
     assert t["valid"].ge(1).all() and t["families"].ge(1).all() and t["pass_at_k"].between(0, 1).all()
     assert t["holdout_effective_bets"].notna().all() and t["compliance"].between(0, 1).all()

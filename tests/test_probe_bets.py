@@ -11,7 +11,15 @@ import pytest
 
 from alphagym.books.metrics import effective_bets
 from alphagym.config import load_params
-from alphagym.probe.probe import coverage, families, holdout_table, mean_abs_corr, pass_at_k
+from alphagym.probe.probe import (
+    coverage,
+    families,
+    holdout_table,
+    mean_abs_corr,
+    pass_at_k,
+    sampled_cards,
+    sampled_families,
+)
 from alphagym.verifier.verifier import Verifier
 
 P = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
@@ -80,11 +88,25 @@ def test_pass_at_k_counts_briefs_with_one_good_answer(verifier):
                 if verifier.score(f).channels["cpcv"] > 0)
     bad, broken = "-rank(ts_std(volume, 20) / ts_mean(volume, 20))", "rank(close"
     assert verifier.score(bad).channels["cpcv"] <= 0 or verifier.score(bad).valid is False
-    briefs = [{"id": i} for i in range(3)]
     samples = [[f"<alpha>{broken}</alpha>", f"<alpha>{good}</alpha>"],
                [f"<alpha>{broken}</alpha>", f"<alpha>{broken}</alpha>"],
                [f"<alpha>{bad}</alpha>"]]
-    assert pass_at_k(briefs, samples, verifier) == pytest.approx(1 / 3)
+    assert pass_at_k(sampled_cards(samples, verifier)) == pytest.approx(1 / 3)
+    assert np.isnan(pass_at_k([]))
+
+
+def test_sampled_families_pools_the_briefs_valid_samples(verifier):
+    """Families among the sampled answers of all briefs: a window jitter (20 and 21 share a bucket) and a
+    repeat in another brief are one family, a different bet a second, broken answers none."""
+    vol = "rank(ts_std(volume, {}) / ts_mean(volume, {}))"
+    rev = "rank(-ts_delta(log(close), 5))"
+    samples = [[f"<alpha>{vol.format(20, 20)}</alpha>", f"<alpha>{vol.format(21, 21)}</alpha>"],
+               [f"<alpha>{vol.format(20, 20)}</alpha>", "<alpha>rank(close</alpha>"],
+               [f"<alpha>{rev}</alpha>"]]
+    cards = sampled_cards(samples, verifier)
+    assert [len(g) for g in cards] == [2, 2, 1]
+    assert sampled_families(cards) == 2
+    assert sampled_families(cards[:2]) == 1 and sampled_families([cards[1][1:]]) == 0
 
 
 def test_coverage_counts_edges_expressed_and_answers_on_decoys():

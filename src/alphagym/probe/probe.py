@@ -15,6 +15,8 @@ Counting bets, per checkpoint, over its greedy answers (one per holdout brief):
   effective_bets`: n independent answers give n, n copies of one give 1);
 - `pass_at_k`: per-brief pass@k, the share of briefs where at least one of k sampled answers (k =
   `probe.pass_k`, 4 by default, at `probe.temperature`) is valid with positive train CPCV;
+- `sampled_families`: `families` among those sampled answers (all briefs together, valid ones): the
+  diversity of the distribution that training samples from, beside `families` of its greedy mode;
 - simulator only (the market's ground truth lists its effects; on real data these columns are absent, not
   zero): `planted_edges_expressed` of `planted_edges`, the edges some valid answer expresses (its holdout
   P&L |corr| >= 0.5 with the planted formula's), and `decoy_trap_answers`, the answers whose holdout P&L
@@ -35,7 +37,7 @@ import pandas as pd
 from alphagym.books.metrics import beta_corr, capped_selection, effective_bets, sharpe, total_return
 from alphagym.briefs.catalogue import Catalogue
 from alphagym.briefs.compliance import BriefChecker
-from alphagym.verifier.verifier import Verifier
+from alphagym.verifier.verifier import ScoreCard, Verifier
 
 SAME_BOOK = 0.95       # train P&L |corr| at or above which two canonical forms are one family
 
@@ -58,16 +60,26 @@ def answer_rows(step: int, briefs: Sequence[Mapping[str, Any]], answers: Sequenc
     return rows, pnls
 
 
-def pass_at_k(briefs: Sequence[Mapping[str, Any]], samples: Sequence[Sequence[str]], verifier: Verifier) -> float:
-    """Share of briefs where at least one of its sampled answers is valid with positive train CPCV (the
-    train-window verifier; an answer repeated within a brief is scored once)."""
-    if not briefs:
+def sampled_cards(samples: Sequence[Sequence[str]], verifier: Verifier) -> list[list[ScoreCard]]:
+    """Each brief's sampled answers scored by the train-window verifier (an answer repeated within a brief
+    is scored once)."""
+    return [[verifier.score_one(a, answer=True) for a in dict.fromkeys(answers)] for answers in samples]
+
+
+def pass_at_k(cards: Sequence[Sequence[ScoreCard]]) -> float:
+    """Share of briefs (one list of `sampled_cards` each) where at least one sampled answer is valid with
+    positive train CPCV."""
+    if not cards:
         return float("nan")
-    hits = 0
-    for _, answers in zip(briefs, samples, strict=True):
-        cards = [verifier.score_one(a, answer=True) for a in dict.fromkeys(answers)]
-        hits += any(c.valid and c.channels["cpcv"] > 0 for c in cards)
-    return hits / len(briefs)
+    return sum(any(c.valid and c.channels["cpcv"] > 0 for c in g) for g in cards) / len(cards)
+
+
+def sampled_families(cards: Sequence[Sequence[ScoreCard]]) -> int:
+    """`families` among the valid sampled answers of all briefs together: the diversity of the policy's
+    distribution at the sampling temperature, which R13 acts on in training, where `families` counts the
+    greedy answers, its mode per brief."""
+    valid = [c for g in cards for c in g if c.valid and c.canonical is not None and c.pnl is not None]
+    return families([c.canonical for c in valid], [c.pnl for c in valid])
 
 
 def _standardised(pnls: Sequence[np.ndarray]) -> np.ndarray:

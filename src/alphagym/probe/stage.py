@@ -20,7 +20,16 @@ from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.generate import read_briefs
 from alphagym.panel import Panel
 from alphagym.params import Params, resolve_rung
-from alphagym.probe.probe import answer_rows, holdout_phase, holdout_table, pass_at_k, train_book_table, train_table
+from alphagym.probe.probe import (
+    answer_rows,
+    holdout_phase,
+    holdout_table,
+    pass_at_k,
+    sampled_cards,
+    sampled_families,
+    train_book_table,
+    train_table,
+)
 from alphagym.probe.select import SELECTORS, select_checkpoint
 from alphagym.rl.checkpoints import at_checkpoint, list_checkpoints, set_threads, sft_base
 from alphagym.tracking import StageRun
@@ -47,6 +56,7 @@ def probe(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
     train_pnls: list[Any] = []
     k, temp = params.probe.pass_k, params.probe.temperature
     passes: dict[int, float] = {}
+    spread: dict[int, int] = {}
     for step, folder in tqdm(checkpoints, desc=f"probe {item}", unit="ckpt"):
         policy = at_checkpoint(base, folder)
         answers = [a[0] for a in policy.generate([b["text"] for b in briefs], n=1, temperature=0.0, seed=seed)]
@@ -55,11 +65,13 @@ def probe(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
         train_pnls += new_pnls
         if k:
             sampled = policy.generate([b["text"] for b in briefs], n=k, temperature=temp, seed=seed + 1 + step)
-            passes[step] = pass_at_k(briefs, sampled, train_v)
+            cards = sampled_cards(sampled, train_v)
+            passes[step], spread[step] = pass_at_k(cards), sampled_families(cards)
     answers = pd.DataFrame(rows)
     train = train_table(answers, train_pnls)
     if k:
         train["pass_at_k"] = train["step"].map(passes)
+        train["sampled_families"] = train["step"].map(spread)
     caps = params.books
     train = train.merge(train_book_table(answers, train_pnls, caps.min_turnover, caps.max_corr),
                         on="step")

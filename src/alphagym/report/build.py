@@ -124,7 +124,7 @@ def ladder_rows(results: Sequence[RungResult], diffs: Mapping[str, Mapping[str, 
 # (planted-edge coverage exists on the simulator only: absent columns are left out)
 BET_TABLE_COLUMNS = ("valid", "families", "families_positive", "holdout_mean_abs_corr", "holdout_effective_bets",
                      "capped_answers", "capped_effective_bets", "compliance", "compliant_share", "pass_at_k",
-                     "planted_edges_expressed", "decoy_trap_answers")
+                     "sampled_families", "planted_edges_expressed", "decoy_trap_answers")
 
 
 def bet_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:

@@ -56,10 +56,10 @@ def present(rows: Sequence[Mapping[str, Any]], cols: Sequence[str]) -> tuple[str
     return tuple(c for c in cols if c not in COVERAGE_COLUMNS or any(has(r, c) for r in rows))
 
 
-COUNT_COLUMNS = ("valid", "families", "families_positive", "capped_answers", "planted_edges_expressed",
-                 "decoy_trap_answers", "archive_answers")
+COUNT_COLUMNS = ("valid", "families", "families_positive", "sampled_families", "capped_answers",
+                 "planted_edges_expressed", "decoy_trap_answers", "archive_answers")
 CKPT_COLS = ("step", "shipped", "train_cpcv", "valid", "families", "families_positive", "compliance",
-             "compliant_share", "pass_at_k",
+             "compliant_share", "pass_at_k", "sampled_families",
              "holdout_score", "holdout_valid", "holdout_book_return", "holdout_book_sharpe", "holdout_book_beta",
              "holdout_mean_abs_corr", "holdout_effective_bets", "capped_answers", "capped_holdout_sharpe",
              "capped_effective_bets", "planted_edges_expressed", "planted_edges", "decoy_trap_answers")
