@@ -4,10 +4,12 @@ The trainer of `--rung` (on the pipeline's own outputs: run the stages up to `fi
 `--steps` steps of answers once; then every step's groups are scored with their briefs as the trainer
 scores them (`VerifierEnv.score`: cards, group channels, brief compliance; the card cache off, nothing
 committed to the archive, so both arms see the same inputs), `--rounds` times, the arms alternating step
-by step. Arm "ours" is the verifier as it is. Arm "reference" is what scoring did before two changes:
-the thinner leg's effective names computed with numpy (six (T, N) temporaries a book) and the brief
-checks parsing each answer again. Both arms must give identical channels and metrics; the benchmark
-stops if they do not. One numba thread and one BLAS thread (a rung's budget beside another rung).
+by step. Arm "ours" is the verifier as it is. Arm "reference" is what scoring did before three changes:
+the thinner leg's effective names computed with numpy (six (T, N) temporaries a book), the brief
+checks parsing each answer again, and ts_skew/ts_kurt over long windows by the two-pass O(d) scan
+instead of merged block moments. Both arms must give the same validity and channels (to 1e-9: the two
+moment kernels round differently) and metrics (to 1e-9); the benchmark stops if they do not. One numba
+thread and one BLAS thread (a rung's budget beside another rung).
 
 Last lines: `step_scoring_<arm>_<median|p90>=<seconds>` and `step_scoring_speedup_<median|p90>=<ratio>`
 (reference / ours, step by step).
@@ -22,6 +24,7 @@ import time
 import numba
 import numpy as np
 
+import alphagym.kernels as kernels
 import alphagym.verifier.verifier as verifier_mod
 from alphagym.config import load_params
 from alphagym.pipeline import stage_table
@@ -53,22 +56,25 @@ class Arms:
             return card
 
         self.reference_score_one = score_one_reparse
+        self.ours_moment_scan_max = kernels.MOMENT_SCAN_MAX_WINDOW
 
     def set(self, arm: str) -> None:
         ours = arm == "ours"
         verifier_mod.leg_names = self.ours_leg_names if ours else leg_names_numpy
         verifier_mod.Verifier.score_one = self.ours_score_one if ours else self.reference_score_one
+        kernels.MOMENT_SCAN_MAX_WINDOW = self.ours_moment_scan_max if ours else 10**9   # reference: always scan
 
 
 def fingerprint(scored) -> tuple[list, np.ndarray]:
-    """Validity and channels (compared exactly), and the metrics' values (to 1e-12: numpy and numba sum a
-    book's legs in different orders)."""
-    exact = [(s.valid, sorted(s.channels.items()), sorted(s.metrics)) for s in scored]
-    return exact, np.array([v for s in scored for _, v in sorted(s.metrics.items())], dtype=float)
+    """Validity and the names of channels and metrics (compared exactly), and their values (to 1e-9:
+    numpy and numba sum a book's legs in different orders, and the two moment kernels round differently)."""
+    exact = [(s.valid, sorted(s.channels), sorted(s.metrics)) for s in scored]
+    values = [v for s in scored for m in (s.channels, s.metrics) for _, v in sorted(m.items())]
+    return exact, np.array(values, dtype=float)
 
 
 def same(a: tuple[list, np.ndarray], b: tuple[list, np.ndarray]) -> bool:
-    return a[0] == b[0] and a[1].shape == b[1].shape and bool(np.allclose(a[1], b[1], rtol=1e-12, atol=0,
+    return a[0] == b[0] and a[1].shape == b[1].shape and bool(np.allclose(a[1], b[1], rtol=1e-9, atol=1e-12,
                                                                            equal_nan=True))
 
 

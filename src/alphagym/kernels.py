@@ -11,8 +11,11 @@ Streaming, O(1) per cell where an update rule exists:
   cannot drift;
 - decay_linear, slope (linear weights) and ema (exponential weights): the same update-and-recompute scheme;
 - max, min, argmax, argmin: a plain scan for windows up to SCAN_MAX_WINDOW, block prefix/suffix
-  extremes (van Herk/Gil-Werman) above.
-O(d) per cell where no exact streaming form exists: ts_rank, ts_product, ts_skew, ts_kurt.
+  extremes (van Herk/Gil-Werman) above;
+- skew, kurt: a two-pass scan for windows up to MOMENT_SCAN_MAX_WINDOW, block prefix/suffix central
+  moments merged pairwise (Chan et al., Pebay) above: no value is ever subtracted back out of a sum.
+O(d) per cell where no exact streaming form exists: ts_rank, ts_product. (A sorted window per stock
+gives ts_rank in O(log d) searches but O(d) shifts, and lost to the vectorised scan below d = 150.)
 A window holding any NaN, and the first d-1 rows, give NaN. Constant windows are detected exactly (run
 length of equal values): std is exactly 0 there and correlation, zscore, skew and kurt are NaN.
 """
@@ -444,15 +447,123 @@ def _window_scan_rows(x, d, kind, out, t0, t1):
 
 
 @njit(cache=True, parallel=True)
-def ts_window_scan(x, d, kind):
-    """O(d) per cell: ts_rank (share of the other d-1 values below today, ties 1/2), product, skew, kurt.
-    Rows are independent given their window, so blocks of rows run in parallel."""
+def _window_scan(x, d, kind):
     t_len, n = x.shape
     out = np.empty((t_len, n))
     step = (t_len + ROW_BLOCKS - 1) // ROW_BLOCKS
     for b in prange(ROW_BLOCKS):
         _window_scan_rows(x, d, kind, out, b * step, min(t_len, (b + 1) * step))
     return out
+
+
+def ts_window_scan(x, d, kind):
+    """ts_rank (share of the other d-1 values below today, ties 1/2), product, skew, kurt. An O(d)-per-cell
+    scan, rows independent given their window, blocks of rows in parallel; skew and kurt over windows
+    longer than MOMENT_SCAN_MAX_WINDOW take the O(1)-per-cell block moments instead."""
+    if (kind == K_SKEW or kind == K_KURT) and d > MOMENT_SCAN_MAX_WINDOW:
+        return _ts_moment_blocks(x, d, kind)
+    return _window_scan(x, d, kind)
+
+
+MOMENT_SCAN_MAX_WINDOW = 64  # up to this the two-pass scan costs less than the block moments (measured)
+
+
+@njit(cache=True, error_model="numpy")
+def _ts_moment_blocks(x, d, kind):
+    """Skew and kurt from central moments merged, not summed and subtracted. Cut the days into blocks of d
+    (from day 0, so a row's value does not depend on the panel's length). Every window is either a whole
+    block (its prefix at t) or the suffix of one block joined to the prefix of the next. A forward pass
+    grows each block's prefix (mean, M2, M3, M4) one value at a time (Welford/Terriberry), a backward
+    pass grows the suffixes, and each window merges its two parts with the pairwise formulas of Chan et
+    al. and Pebay (2008). Nothing is ever removed from a sum, so a large value that leaves the window
+    leaves no rounding behind (a running power sum loses eps * outlier**4 there). Vectorised over the
+    stocks of a row, like the extremes' blocks."""
+    t_len, n = x.shape
+    p1, p2, p3, p4 = _grow_blocks(x, d, False)    # prefixes: the block's values up to and including t
+    s1, s2, s3, s4 = _grow_blocks(x, d, True)     # suffixes: the block's values from t to its end
+    out = np.empty((t_len, n))
+    bad = np.zeros(n)                      # non-finite values in the window: the two-pass scan gives NaN there
+    run = np.zeros(n)
+    inv_d = 1.0 / d
+    for t in range(t_len):
+        for j in range(n):
+            bad[j] += 0.0 if np.isfinite(x[t, j]) else 1.0
+            if t >= d:
+                bad[j] -= 0.0 if np.isfinite(x[t - d, j]) else 1.0
+            run[j] = run[j] + 1.0 if t > 0 and x[t, j] == x[t - 1, j] else 1.0
+        if t < d - 1:
+            for j in range(n):
+                out[t, j] = NAN
+            continue
+        s = t - d + 1
+        na = float(d - s % d)              # suffix of s's block (the whole window when s starts a block)
+        nb = d - na                        # prefix of the next block, up to t
+        c2 = na * nb
+        c3 = c2 * (na - nb) * inv_d * inv_d
+        c4 = c2 * (na * na - na * nb + nb * nb) * inv_d * inv_d * inv_d
+        whole = nb == 0
+        for j in range(n):
+            if whole:
+                m2 = p2[t, j]
+                m3 = p3[t, j]
+                m4 = p4[t, j]
+            else:
+                a2 = s2[s, j]
+                a3 = s3[s, j]
+                b2 = p2[t, j]
+                b3 = p3[t, j]
+                delta = p1[t, j] - s1[s, j]
+                dn = delta * inv_d
+                dd = delta * delta
+                m2 = a2 + b2 + dd * c2 * inv_d
+                m3 = a3 + b3 + dd * delta * c3 + 3.0 * dn * (na * b2 - nb * a2)
+                m4 = (s4[s, j] + p4[t, j] + dd * dd * c4 + 6.0 * dn * dn * (na * na * b2 + nb * nb * a2)
+                      + 4.0 * dn * (na * b3 - nb * a3))
+            v2 = m2 * inv_d
+            ok = bad[j] == 0.0 and run[j] < d and v2 > 0.0     # constant window: moments undefined
+            if kind == K_SKEW:
+                r = (m3 * inv_d) / (v2 * np.sqrt(v2))
+            else:
+                r = (m4 * inv_d) / (v2 * v2) - 3.0
+            out[t, j] = r if ok else NAN
+    return out
+
+
+@njit(cache=True, error_model="numpy")
+def _grow_blocks(x, d, backward):
+    """Mean, M2, M3, M4 of each block's prefix (or, backward, suffix) ending at every row, one value added
+    at a time (Welford/Terriberry)."""
+    t_len, n = x.shape
+    mu = np.empty((t_len, n))
+    q2 = np.empty((t_len, n))
+    q3 = np.empty((t_len, n))
+    q4 = np.empty((t_len, n))
+    for i in range(t_len):
+        t = t_len - 1 - i if backward else i
+        k = (min(t - t % d + d - 1, t_len - 1) - t) if backward else t % d    # values already in
+        if k == 0:
+            for j in range(n):
+                mu[t, j] = x[t, j]
+                q2[t, j] = 0.0
+                q3[t, j] = 0.0
+                q4[t, j] = 0.0
+            continue
+        src = t + 1 if backward else t - 1
+        nn = k + 1.0
+        inv = 1.0 / nn
+        c4 = nn * nn - 3.0 * nn + 3.0
+        for j in range(n):
+            m2 = q2[src, j]
+            m3 = q3[src, j]
+            delta = x[t, j] - mu[src, j]
+            dn = delta * inv
+            dn2 = dn * dn
+            term = delta * dn * k
+            mu[t, j] = mu[src, j] + dn
+            q4[t, j] = q4[src, j] + term * dn2 * c4 + 6.0 * dn2 * m2 - 4.0 * dn * m3
+            q3[t, j] = m3 + term * dn * (nn - 2.0) - 3.0 * dn * m2
+            q2[t, j] = m2 + term
+    return mu, q2, q3, q4
 
 
 @njit(cache=True, error_model="numpy")
