@@ -6,8 +6,9 @@ scores them (`VerifierEnv.score`: cards, group channels, brief compliance; the c
 committed to the archive, so both arms see the same inputs), `--rounds` times, the arms alternating step
 by step. Arm "ours" is the verifier as it is. Arm "reference" is what scoring did before three changes:
 the thinner leg's effective names computed with numpy (six (T, N) temporaries a book), the brief
-checks parsing each answer again, and ts_skew/ts_kurt over long windows by the two-pass O(d) scan
-instead of merged block moments. Both arms must give the same validity and channels (to 1e-9: the two
+checks parsing each answer again, ts_skew/ts_kurt over long windows by the two-pass O(d) scan
+instead of merged block moments, and ts_rank's scan adding a float select per value instead of integer
+counts. Both arms must give the same validity and channels (to 1e-9: the two
 moment kernels round differently) and metrics (to 1e-9); the benchmark stops if they do not. One numba
 thread and one BLAS thread (a rung's budget beside another rung).
 
@@ -30,6 +31,31 @@ from alphagym.config import load_params
 from alphagym.pipeline import stage_table
 from alphagym.rl.stage import build_trainer
 from common import ROOT
+
+
+@numba.njit(cache=True, error_model="numpy")
+def ts_rank_float_select(x: np.ndarray, d: int) -> np.ndarray:
+    """The reference: ts_rank's O(d) scan adding 1, 1/2 or 0 per value by a float select."""
+    t_len, n = x.shape
+    out = np.full((t_len, n), np.nan)
+    acc = np.zeros(n)
+    for t in range(d - 1, t_len):
+        lo = t - d + 1
+        for j in range(n):
+            acc[j] = 0.0
+        bad = np.zeros(n)
+        for k in range(lo, t + 1):
+            for j in range(n):
+                bad[j] += 1.0 if np.isnan(x[k, j]) else 0.0
+        for k in range(lo, t):
+            for j in range(n):
+                w = x[k, j]
+                v = x[t, j]
+                acc[j] += 1.0 if w < v else (0.5 if w == v else 0.0)
+        for j in range(n):
+            r = 0.5 if d == 1 else acc[j] / (d - 1)
+            out[t, j] = r if bad[j] == 0.0 else np.nan
+    return out
 
 
 def leg_names_numpy(weights: np.ndarray) -> np.ndarray:
@@ -57,12 +83,20 @@ class Arms:
 
         self.reference_score_one = score_one_reparse
         self.ours_moment_scan_max = kernels.MOMENT_SCAN_MAX_WINDOW
+        self.ours_window_scan = kernels._window_scan
+        ours_scan = self.ours_window_scan
+
+        def window_scan_float_rank(x, d, kind):
+            return ts_rank_float_select(x, d) if kind == kernels.K_RANK else ours_scan(x, d, kind)
+
+        self.reference_window_scan = window_scan_float_rank
 
     def set(self, arm: str) -> None:
         ours = arm == "ours"
         verifier_mod.leg_names = self.ours_leg_names if ours else leg_names_numpy
         verifier_mod.Verifier.score_one = self.ours_score_one if ours else self.reference_score_one
         kernels.MOMENT_SCAN_MAX_WINDOW = self.ours_moment_scan_max if ours else 10**9   # reference: always scan
+        kernels._window_scan = self.ours_window_scan if ours else self.reference_window_scan
 
 
 def fingerprint(scored) -> tuple[list, np.ndarray]:

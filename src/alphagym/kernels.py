@@ -387,6 +387,7 @@ def _window_scan_rows(x, d, kind, out, t0, t1):
     acc1 = np.zeros(n)
     acc2 = np.zeros(n)
     acc3 = np.zeros(n)
+    twice = np.zeros(n, np.int64)
     start = max(0, t0 - d)
     for t in range(start, t1):        # rows before t0 only rebuild the counts
         for j in range(n):
@@ -403,15 +404,17 @@ def _window_scan_rows(x, d, kind, out, t0, t1):
             continue
         lo = t - d + 1
         if kind == K_RANK:
+            # twice the share: (w < v) + (w <= v) counts a value below 2 and a tie 1, in integers that
+            # pack into vector lanes (2-3x a float select per value) and halve exactly
             for j in range(n):
-                acc1[j] = 0.0
+                twice[j] = 0
             for k in range(lo, t):
                 for j in range(n):
                     w = x[k, j]
                     v = x[t, j]
-                    acc1[j] += 1.0 if w < v else (0.5 if w == v else 0.0)
+                    twice[j] += (w < v) + (w <= v)
             for j in range(n):
-                r = 0.5 if d == 1 else acc1[j] / (d - 1)
+                r = 0.5 if d == 1 else (twice[j] * 0.5) / (d - 1)
                 out[t, j] = r if nans[j] == 0.0 else NAN
         elif kind == K_PRODUCT:
             for j in range(n):
