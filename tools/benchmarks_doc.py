@@ -128,14 +128,6 @@ FIGURES = (
            "python benchmarks/bench_rung_concurrency.py --rung cispo_repo --steps 40 --rounds 1",
            pair(rx(r"pair 1 phases, median \(p90\) s: generation ([\d.]+) \(([\d.]+)\), scoring ([\d.]+) "
                    r"\(([\d.]+)\)", end="# the same command"), "{} s ({} s), {} s ({} s)")),
-    Figure("the same command again 10 minutes later, after the two rows below (the update, which no change "
-           "touched, 8% slower, generation 18%): step; generation and scoring", "≤ 2.0 s; ≤ 0.5 s, ≤ 0.6 s",
-           "rung_concurrency_default.txt",
-           "python benchmarks/bench_rung_concurrency.py --rung cispo_repo --steps 40 --rounds 1",
-           lambda t: (pair(rx(r"^pair: ([\d.]+) s a step each \(p90 ([\d.]+)\)", start="# the same command"),
-                           "{} s ({} s)")(t) + "; "
-                      + pair(rx(r"pair 1 phases, median \(p90\) s: generation ([\d.]+) \(([\d.]+)\), scoring "
-                                r"([\d.]+) \(([\d.]+)\)", start="# the same command"), "{} s ({} s), {} s ({} s)")(t))),
     Figure("two rungs side by side at 1:1 against one rung at 2:2, rung steps a minute", "",
            "rung_concurrency_default.txt",
            "python benchmarks/bench_rung_concurrency.py --rung cispo_repo --steps 40 --rounds 1",
@@ -149,7 +141,7 @@ FIGURES = (
                                 r"([\d.]+) \(([\d.]+)\)"), "{} s ({} s), {} s ({} s)")(t))),
     Figure("an RL step's scoring (default rung, 32 answers, R3 on, 1 numba thread): the verifier against its "
            "reference (leg names in numpy, brief checks parsing again, skew and kurt by the two-pass scan at "
-           "every window), alternating in one process; seconds a step, then the ratio", "",
+           "every window, ts_rank by a float select), alternating in one process; seconds a step, then the ratio", "",
            "step_scoring.txt", "python benchmarks/bench_step_scoring.py --steps 8 --rounds 3",
            lambda t: (f"{secs(kv('step_scoring_ours_median'), kv('step_scoring_ours_p90'))(t)} against "
                       f"{secs(kv('step_scoring_reference_median'), kv('step_scoring_reference_p90'))(t)}: "
