@@ -108,6 +108,18 @@ def test_draws_follow_the_models_distribution():
     assert torch.equal(gumbel_keys(logits, 0.0, g), logits.float())      # greedy: the logits themselves
 
 
+def test_gumbel_noise_is_drawn_on_the_cpu_and_follows_the_logits_device():
+    """The noise comes from the seeded CPU generator whatever device holds the logits (a GPU's, here the
+    `meta` device, which mixes with a CPU tensor no more than CUDA does), and is the same noise: keys minus
+    logits / T equal -log(-log u) of the generator's uniforms."""
+    logits = torch.randn(3, 7, generator=torch.Generator().manual_seed(0))
+    keys = gumbel_keys(logits.to("meta"), 0.7, torch.Generator().manual_seed(5))
+    assert keys.device.type == "meta" and keys.shape == logits.shape
+    u = torch.rand(logits.shape, generator=torch.Generator().manual_seed(5)).clamp_(min=1e-12)
+    torch.testing.assert_close(gumbel_keys(logits, 0.7, torch.Generator().manual_seed(5)) - logits / 0.7,
+                               -torch.log(-torch.log(u)))
+
+
 def test_finished_rows_leave_the_batch(monkeypatch):
     """Every step runs only the rows still writing, and the answers are the same seeded ones whichever
     forward runs them."""

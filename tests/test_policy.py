@@ -203,11 +203,28 @@ def test_bad_input_gets_clear_errors(tmp_path):
         build_policy("gpt5", policy_cfg({"threads": 1}), [], 0)
 
 
-def test_generic_hf_path_on_a_model_the_test_builds(tmp_path):
+def _record_hub_kernels(monkeypatch) -> list[bool]:
+    """Every `use_kernels` flag that transformers' `from_pretrained` hands on: True would fetch layers from
+    the Hugging Face hub (transformers' default since 5.24), which a machine without the hub cannot."""
+    from transformers import PreTrainedModel
+
+    seen: list[bool] = []
+    real = PreTrainedModel.set_use_kernels
+
+    def record(self, use_kernels, *args, **kwargs):
+        seen.append(bool(use_kernels))
+        return real(self, use_kernels, *args, **kwargs)
+
+    monkeypatch.setattr(PreTrainedModel, "set_use_kernels", record)
+    return seen
+
+
+def test_generic_hf_path_on_a_model_the_test_builds(tmp_path, monkeypatch):
     tok = train_tokenizer(BRIEFS * 10 + ANSWERS * 10, 300)
     model = tiny_model(TinyPolicy(**TINY), tok, 0)
     model.save_pretrained(tmp_path / "hf")
     tok.save_pretrained(tmp_path / "hf")
+    kernels = _record_hub_kernels(monkeypatch)
     m, t = load_hf(tmp_path / "hf", False)
     pol = Policy(wrap_adapter(m, Adapter(**ADAPTER), "lora"), t, "hf", 16)
     assert len(pol.generate(BRIEFS[:1], n=2, temperature=1.0, seed=0)[0]) == 2
@@ -215,6 +232,7 @@ def test_generic_hf_path_on_a_model_the_test_builds(tmp_path):
     again = load_policy(tmp_path / "saved", nf4=False)
     for a, b in zip(again.logprobs(BRIEFS, ANSWERS), pol.logprobs(BRIEFS, ANSWERS)):
         torch.testing.assert_close(a, b)
+    assert len(kernels) >= 2 and not any(kernels)     # both loads, neither asking the hub for kernels
     with pytest.raises(PolicyError, match="not a Hugging Face model folder"):
         load_hf(tmp_path, False)
 

@@ -86,6 +86,14 @@ class Figure:
 # first followed by the R3-off command after a line "==R3off"
 _R3 = ("python benchmarks/bench_verifier.py --stress-worlds results/world_model/worlds "
        "--kept-only results/world_model/gates.json")
+
+
+def _gpu_load_and_sft(text: str) -> str:
+    load = rx(r"model load \(NF4 \+ LoRA\) ([\d.]+) s")(text)[0]
+    sft = rx(r"^sft: \d+ steps of \d+ pairs in ([\d.]+) s")(text)[0]
+    return f"load {load} s, SFT {sft} s"
+
+
 FIGURES = (
     Figure("evaluator vs pandas, geomean over 105 formulas, 2 numba threads", "≥ 10×", "eval_vm5.txt",
            "python benchmarks/bench_eval.py",
@@ -174,9 +182,13 @@ FIGURES = (
            "python benchmarks/bench_rl_step.py --rung cispo_repo --set profile=smollm2 --steps 4 --warmup 1 "
            "--budgets 2:2",
            secs(kv("rl_step_step_time_median"), kv("rl_step_step_time_p90"))),
-    Figure("the GPU check's path on the CPU, shrunk (`--cpu-smoke`): RL step; no GPU has run it", "",
+    Figure("the GPU check's path on the CPU, shrunk (`--cpu-smoke`): RL step", "",
            "gpu_check_cpu_smoke.txt", "bash benchmarks/gpu_check.sh --cpu-smoke",
            secs(kv("gpu_check_step_s_median"), kv("gpu_check_step_s_p90"))),
+    Figure("the GPU check on one H200 (NF4 SmolLM2 + LoRA): model load and 20 SFT steps of 16 pairs; its RL steps "
+           "not yet seen on a GPU (the file says why)", "the whole check < 8 min", "gpu_check_h200.txt",
+           "bash benchmarks/gpu_check.sh",
+           _gpu_load_and_sft),
     Figure("SmolLM2 in NF4 against fp32 on the CPU: rollout (> 1: NF4 slower), beside a `make run`", "",
            "nf4_cpu.txt", "python benchmarks/bench_nf4_cpu.py --repeats 3", None,
            pair(rx(r"^rollout_nf4_over_fp32 median=([\d.]+) p90=([\d.]+)"), "rollout {}× ({}×)")),

@@ -54,7 +54,8 @@ def load_smollm2() -> tuple[LlamaForCausalLM, PreTrainedTokenizerBase]:
     gguf = smollm2_gguf()
     try:
         tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
+                                                      use_kernels=False)
     except ImportError as exc:
         raise PolicyError(f"loading {gguf.name} needs the `gguf` package ({exc})") from exc
     model = LlamaForCausalLM(loaded.config)
@@ -92,7 +93,7 @@ def load_hf(path: str | Path, nf4: bool) -> tuple[Any, PreTrainedTokenizerBase]:
         kwargs["device_map"] = {"": 0 if torch.cuda.is_available() else "cpu"}
     tok = AutoTokenizer.from_pretrained(path)
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(path, use_kernels=False, **kwargs)
     except (ImportError, RuntimeError) as exc:
         if not nf4:
             raise

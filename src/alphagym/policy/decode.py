@@ -35,7 +35,8 @@ def gumbel_keys(logits: torch.Tensor, temperature: float, generator: torch.Gener
     keys = logits.float()
     if temperature <= 0:
         return keys
-    u = torch.rand(keys.shape, generator=generator).clamp_(min=1e-12)
+    # drawn on the CPU generator wherever the logits live, so a seed gives the same noise on any device
+    u = torch.rand(keys.shape, generator=generator).clamp_(min=1e-12).to(keys.device)
     return keys / temperature - torch.log(-torch.log(u))
 
 

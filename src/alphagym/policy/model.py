@@ -114,7 +114,7 @@ def load_policy(path: str | Path, nf4: bool = False, trainable: bool = False) ->
             from peft import PeftModel
 
             if meta["backend"] == "tiny":
-                base = LlamaForCausalLM.from_pretrained(path / "base")
+                base = LlamaForCausalLM.from_pretrained(path / "base", use_kernels=False)
             elif meta["backend"] == "smollm2":
                 base = load_smollm2()[0]
             else:
@@ -124,7 +124,7 @@ def load_policy(path: str | Path, nf4: bool = False, trainable: bool = False) ->
                                   f"this base {base_fingerprint(base)})")
             model = PeftModel.from_pretrained(base, path, is_trainable=trainable)
         else:
-            model = AutoModelForCausalLM.from_pretrained(path)
+            model = AutoModelForCausalLM.from_pretrained(path, use_kernels=False)
     except PolicyError:
         raise
     except ArtifactError as exc:
