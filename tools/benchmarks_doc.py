@@ -185,8 +185,8 @@ FIGURES = (
     Figure("the GPU check's path on the CPU, shrunk (`--cpu-smoke`): RL step", "",
            "gpu_check_cpu_smoke.txt", "bash benchmarks/gpu_check.sh --cpu-smoke",
            secs(kv("gpu_check_step_s_median"), kv("gpu_check_step_s_p90"))),
-    Figure("the GPU check on one H200, one run (NF4 SmolLM2 + LoRA): model load and 20 SFT steps of 16 pairs; its RL steps "
-           "not yet seen on a GPU (the file says why)", "the whole check < 8 min", "gpu_check_h200.txt",
+    Figure("the GPU check on one H200, one run (NF4 SmolLM2 + LoRA): model load and 20 SFT steps of 16 pairs; "
+           "its RL steps not yet seen on a GPU (the file says why)", "the whole check < 8 min", "gpu_check_h200.txt",
            "bash benchmarks/gpu_check.sh",
            _gpu_load_and_sft),
     Figure("SmolLM2 in NF4 against fp32 on the CPU: rollout (> 1: NF4 slower), beside a `make run`", "",
