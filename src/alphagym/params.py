@@ -556,6 +556,8 @@ class SelfDistill(Section):
     lr: Annotated[float, Field(gt=0, le=1)] = Field(description="peak learning rate of a round")
     replay: Annotated[float, Field(ge=0, le=10)] = Field(
         description="corpus pairs mixed in per kept answer (keeps the corpus's spread)")
+    min_compliance: Annotated[float, Field(ge=0, le=1)] = Field(
+        description="keep only answers that pass at least this share of their brief's checks (0: every valid one)")
 
 
 class SftRun(Section):

@@ -54,16 +54,18 @@ def scored_answers(policy: Policy, briefs: Sequence[Mapping[str, Any]], verifier
 
 def verified_answers(policy: Policy, briefs: Sequence[Mapping[str, Any]], verifier: Verifier, cat: Catalogue,
                      tolerance: float, n: int, temperature: float, seed: int,
-                     desc: str = "self-distill") -> tuple[list[tuple[str, str]], dict[str, float]]:
+                     desc: str = "self-distill", min_compliance: float = 0.0
+                     ) -> tuple[list[tuple[str, str]], dict[str, float]]:
     """The policy's own valid answers to `briefs` (`n` drawn per brief; one per distinct canonical form
-    of a brief), as (brief text, answer) pairs: a rejection-sampling round's training set. Callers pass
-    training briefs only. Returns (pairs, stats with the drawn answers' `answer_stats`)."""
+    of a brief) that pass at least `min_compliance` of their brief's checks, as (brief text, answer) pairs:
+    a rejection-sampling round's training set. Callers pass training briefs only. Returns (pairs, stats
+    with the drawn answers' `answer_stats`)."""
     groups = scored_answers(policy, briefs, verifier, cat, tolerance, n, temperature, seed, desc)
     pairs = []
     for b, g in zip(briefs, groups):
         seen: set[str] = set()
         for c in g:
-            if c.valid and c.canonical not in seen:
+            if c.valid and c.canonical not in seen and c.metrics.get("compliance", 0.0) >= min_compliance:
                 seen.add(c.canonical)
                 pairs.append((b["text"], c.text))
     return pairs, {**answer_stats(groups), "kept": float(len(pairs))}

@@ -88,9 +88,10 @@ def self_distill(policy: Policy, pairs: pd.DataFrame, briefs: Sequence[Mapping[s
                  desc: str = "self-distill", log: Callable[[dict[str, float], int], None] = lambda m, s: None
                  ) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
     """Rejection-sampling rounds after SFT (`cfg` is the backend's `sft` block, its `self_distill` the
-    rounds): draw answers to the training briefs at `temperature`, keep the valid ones (train window only;
-    never a holdout brief), and train on them mixed with `replay` corpus pairs per kept answer. The policy
-    learns which of its own habits the verifier accepts, which the corpus alone, all valid, cannot show it.
+    rounds): draw answers to the training briefs at `temperature`, keep the valid ones that pass at least
+    `min_compliance` of their brief's checks (train window only; never a holdout brief), and train on them
+    mixed with `replay` corpus pairs per kept answer. The policy learns which of its own habits the verifier
+    accepts, which the corpus alone, all valid, cannot show it.
     Trains the policy in place (with its decoding as set) and returns (the rounds' curve, its steps numbered
     from `first_step`, a round's held-out loss as `round_eval_loss`; one summary row per round). `log` gets
     each logged step's metrics under the curve's names."""
@@ -99,7 +100,7 @@ def self_distill(policy: Policy, pairs: pd.DataFrame, briefs: Sequence[Mapping[s
     rounds: list[dict[str, float]] = []
     for k in range(sd.rounds):
         got, stats = verified_answers(policy, briefs, verifier, cat, tol, sd.samples, temperature,
-                                      seed + 100 + k, desc=f"{desc} {k + 1}")
+                                      seed + 100 + k, desc=f"{desc} {k + 1}", min_compliance=sd.min_compliance)
         policy.decode_stats.clear()
         row = {"round": k + 1, "drawn": stats["answers"], "valid_share": stats["valid_share"], "kept": stats["kept"]}
         if not got:                  # a policy too weak to write one valid answer: nothing to learn from
