@@ -10,6 +10,7 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -17,6 +18,7 @@ import torch
 import alphagym.probe.stage as probe_stage
 from alphagym.artifacts import write_manifest
 from alphagym.briefs.catalogue import load_catalogue
+from alphagym.briefs.compliance import CHECKS
 from alphagym.briefs.generate import generate, write_briefs
 from alphagym.config import load_params
 from alphagym.data.build_panel import build_panel
@@ -168,6 +170,10 @@ def test_probe_selects_on_train_numbers_before_scoring_the_holdout(ladder, monke
     assert edges >= 8 and (t["planted_edges"] == edges).all() and t["planted_edges_expressed"].between(0, edges).all()
     a = pd.read_parquet(outs["answers"])
     assert len(a) == 3 * 6 and set(a["step"]) == {0, 2, 4}
+    # each brief check's pass rate: the five average to the mean compliance share, answer by answer and per step
+    checks = [f"compliance_{k}" for k in CHECKS]
+    assert a[checks].isin([0.0, 1.0]).all().all()
+    assert np.allclose(a[checks].mean(axis=1), a["compliance"]) and np.allclose(t[checks].mean(axis=1), t["compliance"])
     # a valid answer has a holdout score exactly when it is valid on the holdout year too
     assert (a["holdout_score"].notna() == a["holdout_valid"]).all()
     assert not (a["holdout_valid"] & ~a["valid"]).any()
@@ -272,6 +278,7 @@ def test_books_and_report_come_from_the_probe_and_mark_a_failed_rung(ladder):
     assert set(exported["rewards"]["priorities"]) == set(exported["rewards"]["channels"])
     assert {p.name for p in Path(rep["figures"]).glob("*.png")} == {
         "training_curves.png", "selector_vs_holdout.png", "answer_scores.png", "growth.png", "book_vs_market.png"}
+    assert "## Brief compliance by check" in md and "compliance_horizon" in md
     card = (Path(rep["adapter"]) / "README.md").read_text()
     assert "cispo_repo" in card
     pairs = pd.read_parquet(rep["pairs"])

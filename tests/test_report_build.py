@@ -110,3 +110,17 @@ def test_coverage_columns_are_left_out_where_no_rung_has_them():
     assert "planted_edges_expressed_mean" not in present([{"planted_edges_expressed_mean": None}], SEED_COLS)
     sim = real + [{"rung": "b", "planted_edges_expressed": 2, "decoy_trap_answers": 0}]
     assert present(sim, LADDER_COLS) == LADDER_COLS
+
+
+def test_the_check_table_names_the_check_compliance_is_lost_on():
+    """Step 0 and the shipped checkpoint of each rung whose probe has the per-check columns; a rung probed
+    before they existed is left out rather than shown as zeros."""
+    from alphagym.report.build import CHECK_COLUMNS, RungResult, check_rows
+
+    checks = {c: [1.0, 1.0] for c in CHECK_COLUMNS} | {"compliance_horizon": [0.1, 0.3]}
+    table = pd.DataFrame({"step": [0, 200], "compliance": [0.82, 0.86], **checks})
+    new = RungResult("a", "a", 0, "sft", "x", table=table, probe={"shipped_step": 200})
+    old = RungResult("b", "b", 0, "sft", "x", table=table[["step", "compliance"]], probe={"shipped_step": 200})
+    rows = check_rows([new, old])
+    assert [(r["rung"], r["checkpoint"]) for r in rows] == [("a", "step 0"), ("a", "shipped (200)")]
+    assert rows[1]["compliance_horizon"] == 0.3 and rows[1]["compliance_mechanism"] == 1.0

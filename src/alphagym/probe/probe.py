@@ -36,7 +36,7 @@ import pandas as pd
 
 from alphagym.books.metrics import beta_corr, capped_selection, effective_bets, sharpe, total_return
 from alphagym.briefs.catalogue import Catalogue
-from alphagym.briefs.compliance import BriefChecker
+from alphagym.briefs.compliance import CHECKS, BriefChecker
 from alphagym.verifier.verifier import ScoreCard, Verifier
 
 SAME_BOOK = 0.95       # train P&L |corr| at or above which two canonical forms are one family
@@ -44,8 +44,9 @@ SAME_BOOK = 0.95       # train P&L |corr| at or above which two canonical forms 
 
 def answer_rows(step: int, briefs: Sequence[Mapping[str, Any]], answers: Sequence[str], verifier: Verifier,
                 cat: Catalogue, tolerance: float) -> tuple[list[dict[str, Any]], list[np.ndarray | None]]:
-    """One row per (brief, answer) with its train-window card (validity, CPCV, turnover, compliance), and
-    each answer's train net P&L (None when invalid), in the same order."""
+    """One row per (brief, answer) with its train-window card (validity, CPCV, turnover, compliance: the share
+    of its brief's checks passed and, as `compliance_<check>`, each check), and each answer's train net P&L
+    (None when invalid), in the same order."""
     rows, pnls = [], []
     for b, a in zip(briefs, answers):
         c = verifier.score_group([a], answer=True, brief=BriefChecker(b, cat, tolerance))[0]
@@ -54,6 +55,7 @@ def answer_rows(step: int, briefs: Sequence[Mapping[str, Any]], answers: Sequenc
                      "canonical": c.canonical, "valid": c.valid, "reason": c.reason,
                      "compliance": float(c.metrics.get("compliance", 0.0)),
                      "compliant": bool(c.metrics.get("compliant", 0.0)),
+                     **{f"compliance_{k}": float(c.metrics.get(f"compliance/{k}", 0.0)) for k in CHECKS},
                      "train_cpcv": float(c.channels["cpcv"]),
                      "train_turnover": float(c.metrics.get("turnover", np.nan)) if c.valid else np.nan,
                      "train_sharpe": float(c.metrics.get("sharpe_net", np.nan)) if c.valid else np.nan})
@@ -145,7 +147,8 @@ def coverage(answer_pnls: Sequence[np.ndarray], effects: Mapping[str, tuple[str,
 def train_table(answers: pd.DataFrame, pnls: Sequence[np.ndarray | None]) -> pd.DataFrame:
     """Per checkpoint: the selector (mean train CPCV over all answers), valid count, formula families among
     the valid answers (`families`) and among those with positive train CPCV (`families_positive`: diversity
-    bought by losing answers does not count), brief compliance. `pnls`: each answer's train P&L, in the rows'
+    bought by losing answers does not count), brief compliance (the mean share, the share of answers passing
+    every check, and each check's pass rate as `compliance_<check>`). `pnls`: each answer's train P&L, in the rows'
     order."""
     g = answers.groupby("step", sort=True)
 
@@ -162,6 +165,7 @@ def train_table(answers: pd.DataFrame, pnls: Sequence[np.ndarray | None]) -> pd.
         "families_positive": g.apply(fams, True, include_groups=False).astype(int),
         "compliance": g["compliance"].mean(),
         "compliant_share": g["compliant"].mean(),
+        **{f"compliance_{k}": g[f"compliance_{k}"].mean() for k in CHECKS},
     }).reset_index()
 
 

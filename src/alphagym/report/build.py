@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from alphagym.artifacts import read_json, read_jsonl, read_parquet
+from alphagym.briefs.compliance import CHECKS
 from alphagym.errors import ArtifactError
 from alphagym.params import Rung
 from alphagym.pipeline import split_replica
@@ -149,6 +150,27 @@ def bet_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
                 out["archive_answers"] = _num(arch.get("answers"))
                 out["archive_effective_bets"] = _num(arch.get("effective_bets"))
             rows.append(out)
+    return rows
+
+
+CHECK_COLUMNS = tuple(f"compliance_{k}" for k in CHECKS)
+
+
+def check_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
+    """Per rung, the SFT policy (step 0) and the shipped checkpoint: the share of the greedy holdout answers
+    passing each of their brief's checks (`compliance_<check>`), next to the mean share (`compliance`), so a
+    compliance short of 1 names the check it is lost on. Rungs whose probe predates the columns are left out."""
+    rows = []
+    for r in results:
+        if not r.ok or r.table is None or not set(CHECK_COLUMNS) <= set(r.table.columns):
+            continue
+        by_step = {int(row["step"]): row for row in r.table.to_dict("records")}
+        shipped = int(r.probe["shipped_step"])
+        for label, step in (("step 0", 0), (f"shipped ({shipped})", shipped)):
+            row = by_step.get(step)
+            if row is not None:
+                rows.append({"rung": r.item, "checkpoint": label, "compliance": _num(row.get("compliance")),
+                             **{k: _num(row[k]) for k in CHECK_COLUMNS}})
     return rows
 
 

@@ -22,9 +22,11 @@ from alphagym.params import Params, Rl
 from alphagym.report import plots
 from alphagym.report.build import (
     BET_TABLE_COLUMNS,
+    CHECK_COLUMNS,
     ROLES,
     RungResult,
     bet_rows,
+    check_rows,
     ladder_rows,
     load_rung,
     mark_noise,
@@ -212,6 +214,12 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
                "book, brief compliance, pass@k of sampled answers, planted edges expressed and answers on decoys "
                "or traps (simulator only), and the archive book chosen on train numbers from every formula the "
                "rung wrote.", "", plots.table_md(bets, cols, {k: ".0f" for k in COUNT_COLUMNS}), ""]
+    checks = check_rows(results)
+    if checks:
+        md += ["## Brief compliance by check", "", "Share of the greedy holdout answers that pass each of their "
+               "brief's checks (docs/briefs.md), at step 0 and the shipped checkpoint; `compliance` is the mean "
+               "share of checks passed.", "",
+               plots.table_md(checks, ("rung", "checkpoint", "compliance", *CHECK_COLUMNS)), ""]
     picks = selector_rows(results)
     if picks:
         md += ["## Checkpoint selectors", "", "Each selector picks a rung's checkpoint on train-window numbers "
