@@ -27,7 +27,7 @@ def _env() -> dict[str, str]:
             "DVC_NO_ANALYTICS": "1"}
 
 
-# two rungs of the ladder in the end-to-end tests (every kind of stage runs; `make smoke` runs all six)
+# two rungs of the ladder in the end-to-end tests (every kind of stage runs; `make smoke` runs every rung of rl.ladder)
 SMOKE_LADDER = ("dapo_all", "cispo_repo")
 
 
