@@ -7,6 +7,7 @@ import numpy as np
 from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.compliance import check
 from alphagym.briefs.generate import families, holdout_families
+from alphagym.dsl.errors import DslError
 from alphagym.dsl.parser import Limits, parse
 from alphagym.params import Corpus
 from alphagym.policy.corpus import assign_brief, build_corpus, candidates, mutate_alpha, sample_formula
@@ -61,7 +62,8 @@ def test_build_corpus_keeps_valid_pairs_only(sim_panels, root):
     v = Verifier(sim_panels[0].slice_days(0, 700), p)
     cat = load_catalogue()
     train = set(families(cat)) - set(holdout_families(cat, 0.15, 7))
-    df, counts = build_corpus(lambda f: v.score(f), cat, train, Corpus(candidates=120, alpha101_share=0.3), 0.5,
+    df, counts = build_corpus(lambda f: v.score(f), cat, train,
+                              Corpus(candidates=120, alpha101_share=0.3, one_horizon=False), 0.5,
                               Limits(), (5, 21, 63, 126, 252), 7)
     assert counts["pairs"] == len(df) > 20
     assert counts["candidates"] == sum(counts[k] for k in ("parse_errors", "invalid", "no_brief", "pairs"))
@@ -81,3 +83,29 @@ def test_filter_keeps_partly_solved_briefs_or_the_closest_to_break_even():
     # Environment B: too few qualify, so the 3 whose best CPCV is nearest 0 (no valid answer: last)
     mask, rule = select_briefs(t, 8, 3)
     assert list(mask) == [False, True, False, True, True, False] and "closest to break-even" in rule
+
+
+def test_one_horizon_draws_every_window_of_a_formula_near_one_horizon():
+    """`sft.corpus.one_horizon`: the windows a sampled formula draws (those above the fixed 1-5 day shifts)
+    lie within [0.75 h, 1.3 h] of one horizon h, so their longest over shortest is at most 1.3 / 0.75 (plus
+    rounding); by default each window has its own horizon and most formulas with two such windows mix
+    horizons (the control: the check fails on them)."""
+    from alphagym.dsl.ast import Call, walk
+
+    cat = load_catalogue()
+
+    def spreads(one: bool) -> list[float]:
+        out = []
+        for f in candidates(300, 5, cat.horizons, 0.0, one_horizon=one):
+            try:
+                ast = parse(f)
+            except DslError:              # a degenerate draw (e.g. the sign of a positive quantity)
+                continue
+            ws = [n.window for n in walk(ast) if isinstance(n, Call) and n.window is not None and n.window > 6]
+            if len(ws) >= 2:
+                out.append(max(ws) / min(ws))
+        return out
+
+    one, mixed = spreads(True), spreads(False)
+    assert len(one) > 50 and max(one) <= 1.3 / 0.75 + 0.1
+    assert sum(r > 1.3 / 0.75 + 0.1 for r in mixed) > 0.3 * len(mixed)

@@ -578,6 +578,7 @@ class SftRun(Section):
 class Corpus(Section):
     candidates: Annotated[int, Field(ge=10, le=10_000_000)] = Field(description="formulas drawn and scored")
     alpha101_share: Annotated[float, Field(ge=0, le=1)] = Field(description="share of Alpha101 mutations")
+    one_horizon: bool = Field(description="draw every window of a sampled formula around one horizon")
 
 
 class SftEval(Section):

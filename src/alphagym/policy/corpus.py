@@ -94,8 +94,12 @@ def _plain(text: str) -> str:
         return text
 
 
-def candidates(n: int, seed: int, horizons: tuple[int, ...], alpha_share: float) -> list[str]:
-    """`n` distinct formula texts in plain form, `alpha_share` of them Alpha101 mutations."""
+def candidates(n: int, seed: int, horizons: tuple[int, ...], alpha_share: float, one_horizon: bool = False
+               ) -> list[str]:
+    """`n` distinct formula texts in plain form, `alpha_share` of them Alpha101 mutations. `one_horizon`:
+    every window of a sampled formula is drawn around one horizon drawn for that formula, so a brief's
+    horizon (matched to the longest window) says something of all of them; otherwise each window is drawn
+    around its own horizon."""
     rng = np.random.default_rng([seed, 11])
     alphas = [a.text for a in alpha101(panel_fields=frozenset(DSL_FIELDS)) if a.usable]
     out, seen = [], set()
@@ -103,7 +107,8 @@ def candidates(n: int, seed: int, horizons: tuple[int, ...], alpha_share: float)
         if len(out) == n:
             break
         f = _plain(mutate_alpha(alphas[int(rng.integers(len(alphas)))], rng) if rng.random() < alpha_share
-                   else sample_formula(rng, horizons))
+                   else sample_formula(rng, (horizons[int(rng.integers(len(horizons)))],) if one_horizon
+                                       else horizons))
         if f not in seen:
             seen.add(f)
             out.append(f)
@@ -134,7 +139,7 @@ def build_corpus(score: Callable[[str], Any], cat: Catalogue, train_families: se
                  tolerance: float, limits: Limits, buckets: tuple[int, ...], seed: int,
                  progress: Callable[[Any], Any] = lambda x: x) -> tuple[pd.DataFrame, dict[str, int]]:
     """Score candidates with `score` (text -> ScoreCard), keep the valid ones that a training brief fits."""
-    texts = candidates(cfg.candidates, seed, cat.horizons, cfg.alpha101_share)
+    texts = candidates(cfg.candidates, seed, cat.horizons, cfg.alpha101_share, cfg.one_horizon)
     rng = np.random.default_rng([seed, 12])
     rows, counts = [], {"candidates": len(texts), "parse_errors": 0, "invalid": 0, "no_brief": 0}
     for text in progress(texts):
