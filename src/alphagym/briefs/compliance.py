@@ -21,6 +21,8 @@ from alphagym.dsl.registry import OPS
 PRICE_FIELDS = frozenset({"open", "high", "low", "close", "vwap"})
 SMOOTHERS = frozenset({"ts_sum", "ts_mean", "ts_decay_linear", "ts_ema"})
 CHECKS = ("mechanism", "horizon", "input_rule", "structure", "forbidden")
+# the probe's and the report's column of each check's pass rate
+CHECK_COLUMNS = {k: f"compliance_{k}" for k in CHECKS}
 
 
 @dataclass(frozen=True)

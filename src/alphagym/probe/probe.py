@@ -36,7 +36,7 @@ import pandas as pd
 
 from alphagym.books.metrics import beta_corr, capped_selection, effective_bets, sharpe, total_return
 from alphagym.briefs.catalogue import Catalogue
-from alphagym.briefs.compliance import CHECKS, BriefChecker
+from alphagym.briefs.compliance import CHECK_COLUMNS, BriefChecker
 from alphagym.verifier.verifier import ScoreCard, Verifier
 
 SAME_BOOK = 0.95       # train P&L |corr| at or above which two canonical forms are one family
@@ -55,7 +55,7 @@ def answer_rows(step: int, briefs: Sequence[Mapping[str, Any]], answers: Sequenc
                      "canonical": c.canonical, "valid": c.valid, "reason": c.reason,
                      "compliance": float(c.metrics.get("compliance", 0.0)),
                      "compliant": bool(c.metrics.get("compliant", 0.0)),
-                     **{f"compliance_{k}": float(c.metrics.get(f"compliance/{k}", 0.0)) for k in CHECKS},
+                     **{col: float(c.metrics.get(f"compliance/{k}", 0.0)) for k, col in CHECK_COLUMNS.items()},
                      "train_cpcv": float(c.channels["cpcv"]),
                      "train_turnover": float(c.metrics.get("turnover", np.nan)) if c.valid else np.nan,
                      "train_sharpe": float(c.metrics.get("sharpe_net", np.nan)) if c.valid else np.nan})
@@ -165,7 +165,7 @@ def train_table(answers: pd.DataFrame, pnls: Sequence[np.ndarray | None]) -> pd.
         "families_positive": g.apply(fams, True, include_groups=False).astype(int),
         "compliance": g["compliance"].mean(),
         "compliant_share": g["compliant"].mean(),
-        **{f"compliance_{k}": g[f"compliance_{k}"].mean() for k in CHECKS},
+        **{col: g[col].mean() for col in CHECK_COLUMNS.values()},
     }).reset_index()
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from alphagym.artifacts import read_json, read_jsonl, read_parquet
-from alphagym.briefs.compliance import CHECKS
+from alphagym.briefs.compliance import CHECK_COLUMNS as _CHECK_COLUMNS
 from alphagym.errors import ArtifactError
 from alphagym.params import Rung
 from alphagym.pipeline import split_replica
@@ -128,6 +128,15 @@ BET_TABLE_COLUMNS = ("valid", "families", "families_positive", "holdout_mean_abs
                      "sampled_families", "planted_edges_expressed", "decoy_trap_answers")
 
 
+def _step0_and_shipped(r: RungResult) -> list[tuple[str, dict[str, Any]]]:
+    """A finished rung's probe-table rows of the SFT policy (`step 0`) and the shipped checkpoint
+    (`shipped (N)`), each where the table has it."""
+    by_step = {int(row["step"]): row for row in r.table.to_dict("records")} if r.table is not None else {}
+    shipped = int(r.probe["shipped_step"])
+    return [(label, by_step[step]) for label, step in (("step 0", 0), (f"shipped ({shipped})", shipped))
+            if step in by_step]
+
+
 def bet_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
     """Per rung, two rows: the SFT policy (step 0) and the shipped checkpoint, with every bet column of the
     probe's checkpoint table and its holdout score; the shipped row also carries the rung's archive book
@@ -136,42 +145,29 @@ def bet_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
     for r in results:
         if not r.ok or r.table is None:
             continue
-        by_step = {int(row["step"]): row for row in r.table.to_dict("records")}
-        shipped = int(r.probe["shipped_step"])
         arch = r.books.get("archive") or {}
-        for label, step in (("step 0", 0), ("shipped", shipped)):
-            row = by_step.get(step)
-            if row is None:
-                continue
-            out: dict[str, Any] = {"rung": r.item, "checkpoint": f"{label} ({step})" if label == "shipped" else label,
+        for label, row in _step0_and_shipped(r):
+            out: dict[str, Any] = {"rung": r.item, "checkpoint": label,
                                    "holdout_score": _num(row.get("holdout_score")),
                                    **{k: _num(row[k]) for k in BET_TABLE_COLUMNS if k in row}}
-            if label == "shipped":
+            if label != "step 0":
                 out["archive_answers"] = _num(arch.get("answers"))
                 out["archive_effective_bets"] = _num(arch.get("effective_bets"))
             rows.append(out)
     return rows
 
 
-CHECK_COLUMNS = tuple(f"compliance_{k}" for k in CHECKS)
+CHECK_COLUMNS = tuple(_CHECK_COLUMNS.values())
 
 
 def check_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
     """Per rung, the SFT policy (step 0) and the shipped checkpoint: the share of the greedy holdout answers
     passing each of their brief's checks (`compliance_<check>`), next to the mean share (`compliance`), so a
     compliance short of 1 names the check it is lost on. Rungs whose probe predates the columns are left out."""
-    rows = []
-    for r in results:
-        if not r.ok or r.table is None or not set(CHECK_COLUMNS) <= set(r.table.columns):
-            continue
-        by_step = {int(row["step"]): row for row in r.table.to_dict("records")}
-        shipped = int(r.probe["shipped_step"])
-        for label, step in (("step 0", 0), (f"shipped ({shipped})", shipped)):
-            row = by_step.get(step)
-            if row is not None:
-                rows.append({"rung": r.item, "checkpoint": label, "compliance": _num(row.get("compliance")),
-                             **{k: _num(row[k]) for k in CHECK_COLUMNS}})
-    return rows
+    return [{"rung": r.item, "checkpoint": label, "compliance": _num(row.get("compliance")),
+             **{k: _num(row[k]) for k in CHECK_COLUMNS}}
+            for r in results if r.ok and r.table is not None and set(CHECK_COLUMNS) <= set(r.table.columns)
+            for label, row in _step0_and_shipped(r)]
 
 
 def selector_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
