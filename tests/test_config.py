@@ -80,6 +80,7 @@ BAD_VALUES = [
     ("dsl.limits.max_depth=46", "dsl.limits.max_depth = 46", "less than or equal to 32"),
     ("data.train_end=2030-01-01", "data", "start < train_end < holdout_start <= end"),
     ("worldmodel.heads=3", "worldmodel", "heads (3) must divide d_model (64)"),
+    ("rl.recipe.off_brief=last", "rl.recipe", "off_brief 'last' needs min_compliance"),
 ]
 
 

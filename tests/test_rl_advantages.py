@@ -6,7 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from alphagym.rl.advantages import floor_eligible, gdpo, group_advantages, on_brief, project, standardise
+from alphagym.rl.advantages import (
+    below_on_brief,
+    floor_eligible,
+    gdpo,
+    group_advantages,
+    on_brief,
+    project,
+    standardise,
+)
 
 
 def test_standardise_by_hand_and_constant_channel_is_zero():
@@ -107,3 +115,30 @@ def test_min_compliance_keeps_an_off_brief_answer_from_a_positive_advantage():
     assert gated[0] <= 0 and abs(gated.sum()) < 1e-9 and np.argmax(gated) == 1
     assert list(on_brief(np.array(ch["compliance"]), 0.6)) == [False, True, True, True]
     assert on_brief(np.array(ch["compliance"]), None).all()
+
+
+def test_off_brief_last_ranks_every_answer_on_brief_above_every_answer_off_it():
+    """The same group: with `off_brief: clamp` the winning off-brief answer (0) sits above the losing
+    on-brief one (negative), so the update moves the policy off brief (the control); with "last" it sits at
+    or below every on-brief answer, the group still sums to zero, and the on-brief answers keep their order."""
+    ch = {"cpcv": [2.0, 0.5, 0.4, -0.5], "compliance": [-0.6, 0.0, -0.4, -0.2]}
+    pri = {"cpcv": 3.0, "compliance": 1.0}
+    valid, core = np.ones(4, bool), np.array(ch["cpcv"])
+    clamp = group_advantages(ch, pri, valid, core, None, min_compliance=0.6)
+    last = group_advantages(ch, pri, valid, core, None, min_compliance=0.6, off_brief="last")
+    assert clamp[0] > clamp[3]                      # the control: the check below can fail
+    assert last[0] <= last[1:].min() + 1e-12 and last[0] < 0
+    assert abs(last.sum()) < 1e-9
+    assert list(np.argsort(-last[1:])) == list(np.argsort(-clamp[1:]))
+    # with the floor: the on-brief loser is ineligible too, and still ranks above the off-brief winner
+    floored = group_advantages(ch, pri, valid, core, 0.0, min_compliance=0.6, off_brief="last")
+    assert floored[0] <= floored[3] + 1e-12 and abs(floored.sum()) < 1e-9
+    with pytest.raises(ValueError, match="off_brief"):
+        group_advantages(ch, pri, valid, core, None, min_compliance=0.6, off_brief="first")
+
+
+def test_below_on_brief_leaves_a_group_all_on_or_all_off_brief_alone():
+    adv = np.array([1.0, -0.5, -0.5])
+    np.testing.assert_array_equal(below_on_brief(adv, np.ones(3, bool)), adv)
+    np.testing.assert_array_equal(below_on_brief(adv, np.zeros(3, bool)), adv)
+    np.testing.assert_array_equal(below_on_brief(adv, np.array([False, True, True])), [-0.5, -0.5, -0.5])

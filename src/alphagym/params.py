@@ -658,6 +658,9 @@ class RlRecipe(Section):
     min_compliance: Annotated[float, Field(gt=0, le=1)] | None = Field(
         description="answers passing less than this share of their brief's checks (R14) get no positive "
                     "advantage, as below the floor; null: brief-following does not narrow eligibility")
+    off_brief: Literal["clamp", "last"] = Field(
+        description="an answer below min_compliance: 'clamp' caps its advantage at 0; 'last' also at the lowest "
+                    "advantage of its group's answers on brief, so each answer on brief ranks above it")
     updates_per_batch: Annotated[int, Field(ge=1, le=16)] = Field(
         description="optimizer passes over each rollout batch (TRL: num_iterations)")
     lr: Annotated[float, Field(gt=0, le=1)] = Field(description="AdamW learning rate (constant)")
@@ -687,6 +690,8 @@ class RlRecipe(Section):
             raise ValueError(f"repo.zeta_floor {self.repo.zeta_floor} is above repo.zeta_max {self.repo.zeta_max}")
         if self.adapo.low > self.adapo.high:
             raise ValueError(f"adapo.low {self.adapo.low} is above adapo.high {self.adapo.high}")
+        if self.off_brief != "clamp" and self.min_compliance is None:
+            raise ValueError(f"off_brief {self.off_brief!r} needs min_compliance (which answers are off brief)")
         return self
 
 

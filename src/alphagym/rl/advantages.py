@@ -84,18 +84,40 @@ def on_brief(compliance: np.ndarray, min_share: float | None) -> np.ndarray:
     return compliance + 1.0 >= float(min_share) - 1e-9
 
 
+def below_on_brief(adv: np.ndarray, on: np.ndarray) -> np.ndarray:
+    """Each off-brief answer's advantage lowered to at most the lowest of the group's on-brief answers, so
+    that every answer on brief, winning or losing, ranks above every answer off it; unchanged when the group
+    is all on or all off brief. `project` keeps this order: it only lowers ineligible answers and raises
+    eligible ones."""
+    adv, on = np.asarray(adv, float), np.asarray(on, bool)
+    if on.all() or not on.any():
+        return adv
+    out = adv.copy()
+    out[~on] = np.minimum(adv[~on], adv[on].min())
+    return out
+
+
 def group_advantages(channels: Mapping[str, Sequence[float]], priorities: Mapping[str, float], valid: np.ndarray,
                      core: np.ndarray, floor: float | None, kind: str = "gdpo",
-                     min_compliance: float | None = None) -> np.ndarray:
+                     min_compliance: float | None = None, off_brief: str = "clamp") -> np.ndarray:
     """GDPO (or the combined reward's z-score), then the validity projection and the floor's in one
     projection: the floor, and `min_compliance` (`on_brief`, read from the `compliance` channel), only narrow
     the answers eligible for a positive advantage. An answer that ignores its brief then cannot be
     reinforced however well it scores, which a summed compliance channel cannot promise: there CPCV's
-    priority outweighs it."""
+    priority outweighs it.
+
+    `off_brief`: "clamp" leaves an off-brief answer at most 0, so a winning one sits at 0 above its group's
+    losing answers on brief, and the update moves the policy off brief wherever following it loses; "last"
+    also puts it at or below every on-brief answer of its group (`below_on_brief`)."""
     if kind not in ("gdpo", "combined"):
         raise ValueError(f"unknown advantage {kind!r} (gdpo, combined)")
+    if off_brief not in ("clamp", "last"):
+        raise ValueError(f"unknown off_brief {off_brief!r} (clamp, last)")
     raw = gdpo(channels, priorities) if kind == "gdpo" else combined(channels, priorities)
     eligible = floor_eligible(valid, core, floor)
     if min_compliance is not None:
-        eligible &= on_brief(np.asarray(channels["compliance"], float), min_compliance)
+        on = on_brief(np.asarray(channels["compliance"], float), min_compliance)
+        if off_brief == "last":
+            raw = below_on_brief(raw, on)
+        eligible &= on
     return project(raw, eligible)

@@ -156,7 +156,7 @@ class Trainer:
             chans = {c: [s.channels[c] for s in g] for c in names}
             out.append(group_advantages(chans, self.env.priorities, np.array([s.valid for s in g]),
                                         np.array([s.core for s in g]), self.floor, self.cfg.advantage,
-                                        self.cfg.min_compliance))
+                                        self.cfg.min_compliance, self.cfg.off_brief))
         return np.concatenate(out)
 
     # --- 4-5. the update ----------------------------------------------------------------------------------------
