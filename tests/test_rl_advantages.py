@@ -142,3 +142,24 @@ def test_below_on_brief_leaves_a_group_all_on_or_all_off_brief_alone():
     np.testing.assert_array_equal(below_on_brief(adv, np.ones(3, bool)), adv)
     np.testing.assert_array_equal(below_on_brief(adv, np.zeros(3, bool)), adv)
     np.testing.assert_array_equal(below_on_brief(adv, np.array([False, True, True])), [-0.5, -0.5, -0.5])
+
+
+def test_off_brief_punish_gives_a_group_without_an_eligible_answer_the_brief_as_its_signal():
+    """Every on-brief answer loses (core at or below the floor 0) and the off-brief one wins: "last" (the
+    control) leaves the group at zero, "punish" gives the off-brief answer a negative advantage, at or below
+    the valid on-brief ones, which keep their own order and take the positive mass; an invalid on-brief
+    answer stays at or below 0."""
+    ch = {"cpcv": [1.5, -0.2, -0.6, -1.0], "compliance": [-0.6, 0.0, -0.2, 0.0]}
+    pri = {"cpcv": 3.0, "compliance": 1.0}
+    core = np.array(ch["cpcv"])
+    valid = np.array([True, True, True, False])
+    last = group_advantages(ch, pri, valid, core, 0.0, min_compliance=0.6, off_brief="last")
+    punish = group_advantages(ch, pri, valid, core, 0.0, min_compliance=0.6, off_brief="punish")
+    assert np.allclose(last, 0.0)
+    assert punish[0] < 0 and punish[0] <= punish[1:3].min() and punish[1] > punish[2] and punish[1] > 0
+    assert punish[3] <= 0 and abs(punish.sum()) < 1e-9
+    # a group with an eligible answer is treated as under "last"
+    ch2 = {"cpcv": [2.0, 0.5, 0.4, -0.5], "compliance": [-0.6, 0.0, -0.4, -0.2]}
+    args = (ch2, pri, np.ones(4, bool), np.array(ch2["cpcv"]), 0.0)
+    np.testing.assert_allclose(group_advantages(*args, min_compliance=0.6, off_brief="punish"),
+                               group_advantages(*args, min_compliance=0.6, off_brief="last"))

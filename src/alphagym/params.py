@@ -658,9 +658,11 @@ class RlRecipe(Section):
     min_compliance: Annotated[float, Field(gt=0, le=1)] | None = Field(
         description="answers passing less than this share of their brief's checks (R14) get no positive "
                     "advantage, as below the floor; null: brief-following does not narrow eligibility")
-    off_brief: Literal["clamp", "last"] = Field(
+    off_brief: Literal["clamp", "last", "punish"] = Field(
         description="an answer below min_compliance: 'clamp' caps its advantage at 0; 'last' also at the lowest "
-                    "advantage of its group's answers on brief, so each answer on brief ranks above it")
+                    "advantage of its group's answers on brief, so each answer on brief ranks above it; "
+                    "'punish' as 'last', and in a group where no answer on brief clears the floor the valid "
+                    "ones on brief take the positive advantage")
     updates_per_batch: Annotated[int, Field(ge=1, le=16)] = Field(
         description="optimizer passes over each rollout batch (TRL: num_iterations)")
     lr: Annotated[float, Field(gt=0, le=1)] = Field(description="AdamW learning rate (constant)")

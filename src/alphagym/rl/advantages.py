@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 EPS = 1e-6          # in (x - mean) / (std + EPS): a near-constant channel cannot blow up
+OFF_BRIEF = ("clamp", "last", "punish")   # group_advantages' treatment of answers below min_compliance
 
 
 def standardise(x: np.ndarray, eps: float = EPS) -> np.ndarray:
@@ -108,16 +109,21 @@ def group_advantages(channels: Mapping[str, Sequence[float]], priorities: Mappin
 
     `off_brief`: "clamp" leaves an off-brief answer at most 0, so a winning one sits at 0 above its group's
     losing answers on brief, and the update moves the policy off brief wherever following it loses; "last"
-    also puts it at or below every on-brief answer of its group (`below_on_brief`)."""
+    also puts it at or below every on-brief answer of its group (`below_on_brief`); "punish" is "last", and
+    a group with no eligible answer (none on brief scores above the floor) makes its valid on-brief answers
+    the eligible ones, so an off-brief answer's advantage is negative wherever a valid answer follows the
+    brief, where "last" leaves such a group at zero."""
     if kind not in ("gdpo", "combined"):
         raise ValueError(f"unknown advantage {kind!r} (gdpo, combined)")
-    if off_brief not in ("clamp", "last"):
-        raise ValueError(f"unknown off_brief {off_brief!r} (clamp, last)")
+    if off_brief not in OFF_BRIEF:
+        raise ValueError(f"unknown off_brief {off_brief!r} ({', '.join(OFF_BRIEF)})")
     raw = gdpo(channels, priorities) if kind == "gdpo" else combined(channels, priorities)
     eligible = floor_eligible(valid, core, floor)
     if min_compliance is not None:
         on = on_brief(np.asarray(channels["compliance"], float), min_compliance)
-        if off_brief == "last":
+        if off_brief != "clamp":
             raw = below_on_brief(raw, on)
         eligible &= on
+        if off_brief == "punish" and not eligible.any():
+            eligible = np.asarray(valid, bool) & on
     return project(raw, eligible)
