@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export MLFLOW_DISABLE_TELEMETRY := true
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup run smoke test lint bench dag mlflow-ui clean
+.PHONY: setup run smoke test lint bench dag mlflow-ui remote pull clean
 
 setup: $(VENV)/.installed
 
@@ -40,8 +40,28 @@ dag: setup
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH snakemake --rulegraph --forceall | dot -Tpng -Gdpi=110 > docs/img/dag.png
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH snakemake --dag --forceall | dot -Tpng -Gdpi=110 > docs/img/dag_jobs.png
 
+# Each results folder has its own store: `make mlflow-ui RESULTS=results/smoke` for the smoke profile's.
+RESULTS ?= results
 mlflow-ui: setup
-	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/results/mlflow/mlflow.db
+	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(abspath $(RESULTS))/mlflow/mlflow.db
+
+# The DVC remote of this clone: `make remote URL=/shared/alphagym-store` (or s3://..., ssh://...). It goes
+# to .dvc/config.local (git-ignored), a local path made absolute, so every clone that runs it reaches the
+# same store whatever folder the clone is in.
+remote: setup
+	@test -n "$(URL)" || { echo "usage: make remote URL=/shared/folder (or s3://bucket/path, ...)"; exit 2; }
+	case "$(URL)" in *://*) u="$(URL)" ;; *) u="$$(realpath -m -- "$(URL)")" ;; esac; \
+	  $(VENV)/bin/dvc remote add --local --default --force shared "$$u" && echo "DVC remote 'shared': $$u"
+
+# Fetch the artifacts recorded in dvc.lock from the remote, check them against dvc.lock (`dvc status`
+# must be clean), then let Snakemake record them as up to date in dependency order (`--touch`: no stage
+# runs). PROFILE=smoke for a clone whose dvc.yaml is rendered for the smoke profile.
+PROFILE ?= default
+pull: setup
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH dvc pull
+	@s="$$($(VENV)/bin/dvc status --json)"; [ "$$s" = "{}" ] || { $(VENV)/bin/dvc status; \
+	  echo "the pulled outputs do not match dvc.yaml and the code here: not marked up to date"; exit 1; }
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH snakemake --profile workflow/profiles/$(PROFILE) --touch --forceall --quiet
 
 clean:
 	rm -rf results .snakemake

@@ -145,8 +145,8 @@ def test_params_read_as_typed_attributes_and_as_a_mapping(root):
 def test_one_resolver_gives_a_ladder_member_its_recipe_seed_threads_and_cost(root):
     """`resolve_rung` is what the stage table (threads, priorities), train and probe read: a replica
     `RUNG-sK` has its rung's recipe and seed + K; a DoRA step counts DORA_STEP_COST LoRA steps."""
-    from alphagym.params import DORA_STEP_COST, resolve_rung
     from alphagym.pipeline import rung_threads
+    from alphagym.rungs import DORA_STEP_COST, resolve_rung
 
     p = load_params(root / "params.yaml", ["rl.recipe.numba_threads=3"])
     base = resolve_rung(p, "cispo_repo_dora")

@@ -1,6 +1,7 @@
 """The rung comparison as a user reads it: `mlflow server` on localhost against the project's store, and
-its REST API returning the rungs' runs (tags rung / parent / change, nested probe runs) and their metrics
-per step. Marked slow: it starts a server process."""
+its REST API returning the rungs' runs (each rung's resolved recipe as `recipe.*` params, its parent, change
+and seed; tags rung / replica, profile and results folder; nested probe runs) and their metrics per step.
+Marked slow: it starts a server process."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from alphagym.tracking import stage_run
+from alphagym.rungs import change_vs_parent, resolve_rung
+from alphagym.tracking import stage_run, store_path
 from cfg_helpers import updated
 
 BIN = Path(sys.executable).parent
@@ -40,19 +42,17 @@ def _get(url: str) -> dict:
 @pytest.mark.slow
 def test_mlflow_server_serves_the_rung_comparison(params, tmp_path):
     p = updated(params, {"tracking.enabled": True})
-    for rung, parent, change, slope in (("dapo_all", "sft", "DAPO, LoRA, all briefs", 0.1),
-                                        ("cispo_all", "dapo_all", "loss DAPO -> CISPO", 0.3)):
-        with stage_run(f"train@{rung}", p) as run:
-            for k, v in (("rung", rung), ("parent", parent), ("change", change)):
-                run.set_tag(k, v)
+    for rung, slope in (("dapo_all", 0.1), ("cispo_all", 0.3)):
+        with stage_run(f"train@{rung}", p) as run:      # as the train and probe stages log a rung
+            run.log_rung(resolve_rung(p, rung))
             for step in range(1, 6):
                 run.log_metrics({"core_score/mean": slope * step}, step=step)
         with stage_run(f"probe@{rung}", p) as run:
-            run.set_tag("rung", rung)
+            run.log_rung(resolve_rung(p, rung))
             assert run.nest_under(f"train@{rung}") is not None
             run.log_metrics({"probe/train_cpcv": 1.0}, step=100)
     port = _free_port()
-    db = Path(p["tracking"]["uri"]).resolve()
+    db = store_path(p)
     server = subprocess.Popen([str(BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{db}",
                                "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -73,8 +73,19 @@ def test_mlflow_server_serves_the_rung_comparison(params, tmp_path):
                                                "filter": "tags.`alphagym.stage` LIKE 'train@%'"})["runs"]
         tags = {r["info"]["run_name"]: {t["key"]: t["value"] for t in r["data"]["tags"]} for r in found}
         assert set(tags) == {"train@dapo_all", "train@cispo_all"}
-        assert tags["train@cispo_all"]["parent"] == "dapo_all"
-        assert tags["train@cispo_all"]["change"] == "loss DAPO -> CISPO"
+        assert tags["train@cispo_all"]["rung"] == "cispo_all" and tags["train@cispo_all"]["replica"] == "0"
+        assert tags["train@cispo_all"]["alphagym.profile"] == "default"
+        assert tags["train@cispo_all"]["alphagym.results"] == str(Path(p.paths.results).resolve())
+        # what the UI's compare view shows: the two rungs' params differ exactly where their recipes differ
+        logged = {r["info"]["run_name"]: {q["key"]: q["value"] for q in r["data"]["params"]} for r in found}
+        a, b = logged["train@dapo_all"], logged["train@cispo_all"]
+        assert set(a) == set(b)
+        differ = {k for k in a if a[k] != b[k]}
+        assert differ == {f"recipe.{k}" for k in change_vs_parent(p.rl, "cispo_all")} | {"rung.parent", "rung.change"}
+        assert (a["recipe.loss"], b["recipe.loss"]) == ("dapo", "cispo")
+        assert b["rung.parent"] == "dapo_all" and b["rung.change"] == p.rl.rungs["cispo_all"].change
+        assert a["rung.seed"] == b["rung.seed"] == str(p.seed)
+        assert len([k for k in a if k.startswith("recipe.")]) > 30       # the whole recipe, not only the change
         run_id = {r["info"]["run_name"]: r["info"]["run_id"] for r in found}
         hist = _get(f"{base}/metrics/get-history?run_id={run_id['train@cispo_all']}&metric_key=core_score/mean")
         assert [(m["step"], round(m["value"], 6)) for m in hist["metrics"]] == [(s, round(0.3 * s, 6))

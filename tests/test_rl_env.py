@@ -158,7 +158,7 @@ def test_a_rungs_reward_weights_replace_the_verifiers_priorities(sim_panels):
     """The reward rungs change only `reward_weights`: their env rewards R14 and R13, the others' logs them at
     priority 0; a weight for a channel the verifier lacks is a config error naming it."""
     from alphagym.errors import ConfigError
-    from alphagym.params import resolve_rung
+    from alphagym.rungs import resolve_rung
 
     params = load_params(ROOT / "params.yaml")
     cat = load_catalogue()

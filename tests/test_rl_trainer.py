@@ -22,6 +22,7 @@ from alphagym.policy.model import Policy, build_policy
 from alphagym.policy.sft import train_sft
 from alphagym.rl.env import Scored
 from alphagym.rl.trainer import Trainer, latest_checkpoint
+from alphagym.rungs import change_vs_parent
 from cfg_helpers import partial, policy_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -226,9 +227,9 @@ def test_bad_recipe_and_ladder_values_fail_at_load():
     assert r.loss == "dapo" and r.repo.enabled is False and r.lr == p.rl.recipe.lr
     # the ladder's change of each rung against its parent, derived from the recipes
     p = load_params(base)
-    assert p.rl.change_vs_parent("cispo_all") == {"loss": ("dapo", "cispo")}
-    assert p.rl.change_vs_parent("cispo_repo_dora") == {"adapter": ("lora", "dora")}
-    assert p.rl.change_vs_parent("dapo_repo_dora") == {"loss": ("cispo", "dapo")}
+    assert change_vs_parent(p.rl, "cispo_all") == {"loss": ("dapo", "cispo")}
+    assert change_vs_parent(p.rl, "cispo_repo_dora") == {"adapter": ("lora", "dora")}
+    assert change_vs_parent(p.rl, "dapo_repo_dora") == {"loss": ("cispo", "dapo")}
 
 
 def test_every_benchmark_trainer_is_a_rung_in_params():

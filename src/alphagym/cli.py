@@ -47,12 +47,16 @@ def cmd_stage(args: argparse.Namespace) -> int:
 # --- tools ------------------------------------------------------------------------------------------------
 
 def cmd_dag(args: argparse.Namespace) -> int:
-    from alphagym.pipeline import dvc_yaml, stage_table, upstream_outputs
+    from alphagym.pipeline import SPECS, dvc_yaml, specs_yaml, stage_table, upstream_outputs
 
     params = _params(args)
     if args.write_dvc:
-        Path(args.write_dvc).write_text(dvc_yaml(params))
-        print(f"wrote {args.write_dvc}")
+        target = Path(args.write_dvc)
+        target.write_text(dvc_yaml(params))
+        specs = target.parent / SPECS       # the params file its stages name, beside it
+        specs.parent.mkdir(parents=True, exist_ok=True)
+        specs.write_text(specs_yaml())
+        print(f"wrote {target} and {specs}")
         return 0
     table = stage_table(params)
     reads = upstream_outputs(table)
@@ -311,7 +315,9 @@ def build_parser() -> argparse.ArgumentParser:
         subs[name] = p
     subs["calibrate"].add_argument("--from", dest="from_dir", required=True, help="folder of per-ticker CSVs")
     subs["calibrate"].add_argument("--out", help="write the params block to this file")
-    subs["dag"].add_argument("--write-dvc", metavar="PATH", help="render dvc.yaml to PATH")
+    subs["dag"].add_argument("--write-dvc", metavar="PATH",
+                             help="render dvc.yaml to PATH, and the stage specs it names (workflow/stage_specs.yaml "
+                                  "beside it)")
     subs["stylized"].add_argument("panel", help="panel parquet file")
     subs["compare-facts"].add_argument("--from", dest="from_dir", required=True, help="folder of per-ticker CSVs")
     subs["compare-facts"].add_argument("--plot", help="also write a figure (PNG) of the comparison")

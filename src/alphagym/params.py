@@ -16,10 +16,11 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from alphagym.rungs import recipe_of
 
 NonNeg = Annotated[float, Field(ge=0)]
 Share = Annotated[float, Field(ge=0, le=1)]
@@ -473,7 +474,7 @@ class StylizedTolerance(Section):
 
 class Tracking(Section):
     enabled: bool = Field(description="log each stage run to MLflow")
-    uri: str = Field(description="sqlite file of the MLflow store (relative to the working folder)")
+    uri: str = Field(description="sqlite file of the MLflow store, relative to paths.results (or absolute)")
     experiment: str = Field(min_length=1, description="MLflow experiment name")
     lock_retries: Annotated[int, Field(ge=1, le=100)] = Field(description="tries while sqlite is locked")
     lock_backoff_s: NonNeg = Field(description="first wait between tries, doubled each time")
@@ -740,87 +741,8 @@ class Rl(Section):
         return self
 
     def recipe_of(self, rung: str) -> RlRecipe:
-        if rung not in self.rungs:
-            raise KeyError(f"no rung {rung!r} in rl.rungs (rungs: {sorted(self.rungs)})")
-        return apply_rung(self.recipe, self.rungs[rung], rung)
-
-    def change_vs_parent(self, rung: str) -> dict[str, tuple[Any, Any]]:
-        """Recipe keys whose value differs from the parent rung's (the SFT policy's parent: rl.recipe), as
-        dotted key -> (parent value, this rung's value): what the ladder table calls the rung's change. A key
-        of a mapping (`reward_weights.compliance`) that one side lacks is None there."""
-        mine = _flat(self.recipe_of(rung).model_dump())
-        parent = self.rungs[rung].parent
-        theirs = _flat((self.recipe_of(parent) if parent != "sft" else self.recipe).model_dump())
-        keys = list(mine) + [k for k in theirs if k not in mine]
-        return {k: (theirs.get(k), mine.get(k)) for k in keys if theirs.get(k) != mine.get(k)}
-
-
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-def apply_rung(recipe: RlRecipe, rung: Rung, name: str) -> RlRecipe:
-    """`rl.recipe` with the rung's `set` applied (dotted keys; a key the recipe lacks is an error)."""
-    raw = recipe.model_dump()
-    for key, value in rung.set.items():
-        node, parts = raw, key.split(".")
-        for part in parts[:-1]:
-            if not isinstance(node.get(part), dict):
-                raise KeyError(f"rl.rungs.{name}.set: unknown recipe key {key!r}")
-            node = node[part]
-        if parts[-1] not in node:
-            raise KeyError(f"rl.rungs.{name}.set: unknown recipe key {key!r}")
-        node[parts[-1]] = value
-    return RlRecipe.model_validate(raw)
-
-
-REPLICA = re.compile(r"^(.+)-s(\d+)$")
-# A DoRA step of the tiny policy costs about 1.5 LoRA steps (5.72 against 3.71 s median a step, the two
-# rungs side by side in one `make run`, docs/results.md). Only the order of the rungs depends on it.
-DORA_STEP_COST = 1.5
-
-
-def split_replica(item: str) -> tuple[str, int]:
-    """`NAME-sK` -> (NAME, K); any other item -> (item, 0). A replica reruns its item with seed + K."""
-    m = REPLICA.match(item)
-    return (m.group(1), int(m.group(2))) if m else (item, 0)
-
-
-@dataclass(frozen=True)
-class ResolvedRung:
-    """One member of the ladder as it runs: rung `name`, replica `replica` of it (the item `NAME-sK`), its recipe
-    (`rl.recipe` with the rung's `set`) and seed (`seed` + K), and what the scheduler needs of it."""
-
-    item: str
-    name: str
-    replica: int
-    recipe: RlRecipe
-    seed: int
-
-    @property
-    def threads(self) -> int:
-        """Cores it uses: the larger of its torch and numba budgets (the two phases run one after another)."""
-        return max(self.recipe.torch_threads, self.recipe.numba_threads)
-
-    @property
-    def cost(self) -> float:
-        """Expected training time in LoRA steps: its steps, a DoRA step weighted DORA_STEP_COST."""
-        return self.recipe.steps * (DORA_STEP_COST if self.recipe.adapter == "dora" else 1.0)
-
-
-def resolve_rung(params: Params, item: str) -> ResolvedRung:
-    """The one place a ladder member `RUNG` or `RUNG-sK` is resolved (the stage table's threads and
-    priorities, the train and probe stages); `params` is the whole params or a stage's view of them."""
-    name, replica = split_replica(item)
-    rl = params.rl
-    return ResolvedRung(item, name, replica, apply_rung(rl.recipe, rl.rungs[name], name),
-                        params.seed + replica)
+        """Rung `rung`'s recipe (`alphagym.rungs.recipe_of`)."""
+        return recipe_of(self, rung)
 
 
 class Books(Section):

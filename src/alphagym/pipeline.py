@@ -4,9 +4,18 @@ Each row declares a stage: the function that runs it, its inputs and outputs (by
 reads and the package code it runs. Nothing else builds a result path:
 - `alphagym.stages.run_stage` hands the stage function its paths from here and a view of the params that
   holds only the declared keys (reading any other key is an error);
-- `workflow/rules/stages.smk` defines one Snakemake rule per row, with the declared params' values and a
-  hash of the declared code as rule `params`, so `snakemake` reruns a stage whose params or code changed;
-- `dvc_yaml` renders dvc.yaml (`alphagym dag --write-dvc dvc.yaml`); a test fails when it drifts.
+- `workflow/rules/stages.smk` defines one Snakemake rule per row, with the declared params' values, a hash of
+  the declared code and the row's spec hash as rule `params`, so `snakemake` reruns a stage whose params,
+  code or spec changed;
+- `dvc_yaml` renders dvc.yaml and `specs_yaml` workflow/stage_specs.yaml (`alphagym dag --write-dvc
+  dvc.yaml` writes both); a test fails when either drifts.
+
+A stage reruns only for what it runs. Its code deps are its own modules (and the dispatcher's, COMMON_CODE),
+not the whole of params.py and pipeline.py: what it depends on in those two files is its spec
+(`stage_spec`), its own row of this table and the JSON schema of the params sections it declares. The spec's
+hash is a DVC params dependency on its own key of workflow/stage_specs.yaml and part of the Snakemake rule's
+code param, so editing the description of a `Probe` field reruns the probe (and what reads its outputs),
+and adding a recipe field reruns the stages that declare `rl.recipe`, nothing upstream of them.
 A family of stages (one per item of a params list, e.g. the ladder's rungs) is one row with `family` set:
 Snakemake expands it through a wildcard, DVC through `foreach`.
 
@@ -25,7 +34,7 @@ from typing import Any
 import yaml
 
 from alphagym.config import get, results_dir, to_builtin
-from alphagym.params import REPLICA, resolve_rung, split_replica
+from alphagym.rungs import REPLICA, resolve_rung, split_replica
 
 __all__ = ["REPLICA", "split_replica"]      # the ladder's item names, re-exported for the stage table's users
 
@@ -33,8 +42,12 @@ __all__ = ["REPLICA", "split_replica"]      # the ladder's item names, re-export
 HOLDOUT_READERS = frozenset({"probe", "books", "report"})
 
 # Code every stage runs through `alphagym.stages.run_stage`, besides its own: the loader and the dispatcher.
-COMMON_CODE = ("src/alphagym/config.py", "src/alphagym/params.py", "src/alphagym/pipeline.py",
-               "src/alphagym/stages.py", "src/alphagym/artifacts.py", "src/alphagym/runtime.py")
+# params.py and pipeline.py are not here: a stage depends on them through its spec (`stage_spec`).
+COMMON_CODE = ("src/alphagym/config.py", "src/alphagym/stages.py", "src/alphagym/artifacts.py",
+               "src/alphagym/runtime.py")
+# Each row's spec hash, keyed by the row's name: a DVC params file (rendered with dvc.yaml, kept in git).
+SPECS = "workflow/stage_specs.yaml"
+RUNGS_CODE = "src/alphagym/rungs.py"      # rung resolution: declared by the stages that resolve rungs
 
 
 @dataclass(frozen=True)
@@ -173,7 +186,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
                "summary": f"{rl}/{{item}}/summary.json", "curves": f"{rl}/{{item}}/curves.png"},
               ("seed", "dsl", "verifier", "briefs.horizon_tolerance", "policy", "rl.policy", "rl.recipe",
                "rl.rungs.{item}"),
-              ("src/alphagym/rl", *policy),
+              ("src/alphagym/rl", RUNGS_CODE, *policy),
               metrics=("summary",), directories=("checkpoints",), threads_of_rung=True, family=RUNGS,
               priority_of_rung=True, work={"work": f"{rl}/{{item}}/work"},
               help="train one rung of the RL ladder from the SFT policy (one stage per rung in rl.ladder)"),
@@ -186,7 +199,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
                "summary": f"{probe}/{{item}}/summary.json"},
               ("seed", "dsl", "verifier", "briefs.horizon_tolerance", "policy", "rl.policy", "rl.recipe",
                "rl.rungs.{item}", "probe", "books.min_turnover", "books.max_corr"),
-              ("src/alphagym/probe", "src/alphagym/rl/checkpoints.py", "src/alphagym/books", *policy),
+              ("src/alphagym/probe", "src/alphagym/rl/checkpoints.py", RUNGS_CODE, "src/alphagym/books", *policy),
               metrics=("summary",), threads_of_rung=True, family=RUNGS, priority=RUNG_PRIORITY + 1,
               help="answer the holdout briefs greedily at every checkpoint of a rung; select on train CPCV, "
                    "then score the holdout year"),
@@ -210,7 +223,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
               {"report": f"{rep}/report.md", "json": f"{rep}/report.json", "pairs": f"{rep}/pairs.parquet",
                "figures": f"{rep}/figures", "adapter": f"{rep}/shipped_adapter", "summary": f"{rep}/summary.json"},
               ("seed", "verifier.priorities", "verifier.jepa_stress", "worldmodel", "rl", "books"),
-              ("src/alphagym/report", "src/alphagym/rl/plots.py", "src/alphagym/plotting.py",
+              ("src/alphagym/report", "src/alphagym/rl/plots.py", RUNGS_CODE, "src/alphagym/plotting.py",
                "src/alphagym/briefs", "src/alphagym/verifier/channels.py", *engine),
               metrics=("summary",), directories=("figures", "adapter"), gather=RUNGS,
               help="the ladder report: tables, plots, JSON export, verified pairs and the shipped adapter"),
@@ -324,29 +337,85 @@ def code_hash(paths: tuple[str, ...], root: str = ".") -> str:
     return h.hexdigest()[:16]
 
 
-def _dvc_body(s: Stage) -> dict[str, Any]:
+def params_schema(key: str) -> dict[str, Any]:
+    """The JSON schema of the params at a dotted key of `Params` (its type, range and description, and every
+    field below it). A key under a mapping field (`rl.rungs.{item}`, `sft.{item}`) has the schema of the
+    mapping or model that holds it: every item's schema is in there."""
+    from typing import Annotated
+
+    from pydantic import BaseModel, TypeAdapter
+
+    from alphagym.errors import ConfigError
+    from alphagym.params import Params
+
+    model: type[BaseModel] | None = Params
+    field = None
+    for part in key.split("."):
+        if model is None or part == "{item}":
+            break
+        if part not in model.model_fields:
+            raise ConfigError(f"the stage table declares the parameter {key!r}, which params.py does not define")
+        field = model.model_fields[part]
+        ann = field.annotation
+        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+    if field is None:
+        return Params.model_json_schema()
+    return TypeAdapter(Annotated[field.annotation, field]).json_schema()
+
+
+def stage_spec(s: Stage) -> dict[str, Any]:
+    """What a stage's outputs depend on in params.py and in this table, besides the values of its params, its
+    code and its data (which DVC and Snakemake track themselves): its function, its roles, its declared
+    params keys and code, and the schema of each declared params key. The same for every profile (paths are
+    not in it) and for every member of a family (the row, unexpanded)."""
+    deps = sorted({role.split("@")[0] for role in s.deps})      # a gathering stage's roles, per family member
+    return {"func": s.func, "deps": deps, "outs": sorted(s.outs), "directories": sorted(s.directories),
+            "work": sorted(s.work or {}), "params": list(s.params), "code": [*COMMON_CODE, *s.code],
+            "schema": {k: params_schema(k) for k in s.params}}
+
+
+def spec_hash(s: Stage) -> str:
+    """sha256 of the stage's spec as canonical JSON (16 hex digits)."""
+    import json
+
+    return hashlib.sha256(json.dumps(stage_spec(s), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def specs_yaml(rows: list[Stage] | None = None) -> str:
+    """workflow/stage_specs.yaml: each row's spec hash under its name (DVC reads its own key per stage)."""
+    rows = rows if rows is not None else table_rows()
+    header = ("# Generated from src/alphagym/pipeline.py by `alphagym dag --write-dvc`; do not edit by hand.\n"
+              "# Each stage's spec hash (pipeline.stage_spec: its row of the stage table and the schema of the params\n"
+              "# it declares); each DVC stage depends on its own key.\n")
+    return header + yaml.safe_dump({s.name: spec_hash(s) for s in rows}, sort_keys=False)
+
+
+def _dvc_body(s: Stage, profile: str) -> dict[str, Any]:
     body: dict[str, Any] = {"cmd": s.cmd}
     deps = list(s.deps.values()) + list(COMMON_CODE) + list(s.code)
     body["deps"] = deps
-    body["params"] = ["profile", "profiles", *s.params]   # a profile changes the effective params
+    # the selected profile's block changes the effective params; the default profile reads no profile block
+    body["params"] = ["profile", *([f"profiles.{profile}"] if profile != "default" else []), *s.params,
+                      {SPECS: [s.name]}]
     body["outs"] = [p for role, p in s.outs.items() if role not in s.metrics]
-    if s.metrics:
-        body["metrics"] = [{s.outs[m]: {"cache": False}} for m in s.metrics]
+    if s.metrics:             # cached like every output: the remote carries what a downstream stage reads
+        body["metrics"] = [s.outs[m] for m in s.metrics]
     return body
 
 
 def dvc_yaml(params: Mapping[str, Any], rows: list[Stage] | None = None) -> str:
     stages: dict[str, Any] = {}
+    profile = str(params.get("profile", "default"))
     for s in stage_rows(params, rows):
         if s.family is None:
-            stages[s.name] = _dvc_body(s)
+            stages[s.name] = _dvc_body(s, profile)
             continue
         members = _items(params, s.family)
         if s.family.replicas is None:
-            stages[s.name] = {"foreach": members, "do": _dvc_body(expand(s, "${item}"))}
+            stages[s.name] = {"foreach": members, "do": _dvc_body(expand(s, "${item}"), profile)}
         else:        # a dict: the member names the paths (${key}), the item it replicates the params
             stages[s.name] = {"foreach": {m: {"of": split_replica(m)[0]} for m in members},
-                              "do": _dvc_body(expand(s, "${key}", "${item.of}"))}
+                              "do": _dvc_body(expand(s, "${key}", "${item.of}"), profile)}
     header = "# Generated from src/alphagym/pipeline.py by `alphagym dag --write-dvc`; do not edit by hand.\n"
     return header + yaml.safe_dump({"stages": stages}, sort_keys=False, width=110)
 

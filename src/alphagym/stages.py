@@ -32,7 +32,7 @@ from typing import Any
 
 from alphagym.config import ParamsView, get, results_dir
 from alphagym.errors import ConfigError, DataError, StageBusyError
-from alphagym.pipeline import Stage, stage_table
+from alphagym.pipeline import RUNGS, Stage, stage_table
 from alphagym.runtime import configure_runtime
 from alphagym.tracking import stage_run
 
@@ -77,7 +77,10 @@ def _run_locked(params: Mapping[str, Any], key: str, stage: Stage, root: Path, r
     for role, p in staged.items():
         (p if role in stage.directories else p.parent).mkdir(parents=True)
     view = ParamsView(params, stage.params, key, reads=reads)
-    logged = {k: get(params, k) for k in stage.params}
+    # a rung's stages log its resolved recipe instead (`StageRun.log_rung`): the base `rl.recipe` and the
+    # rung's `set` would show every rung with the same recipe in MLflow's compare view
+    hidden = ("rl.recipe", "rl.rungs.") if stage.family == RUNGS else ()
+    logged = {k: get(params, k) for k in stage.params if not k.startswith(hidden)}
     try:
         with stage_run(key, params, logged) as run:
             item = {"item": stage.item} if stage.item is not None else {}     # a family member learns its item

@@ -1,7 +1,8 @@
 """MLflow tracking through one small module: one run per stage execution.
 
-sqlite backend under results/mlflow, artifacts in results/mlflow/artifacts, params flattened, git commit
-and DVC stage as tags. Robust to what a pipeline does to it:
+sqlite backend under <paths.results>/mlflow (each results folder, so each profile, has a store of its own),
+artifacts beside it, params flattened; git commit, profile, results folder and DVC stage as tags. Robust to
+what a pipeline does to it:
 - parallel Snakemake jobs share one sqlite file: the store and the experiment are created under a file
   lock, and every call retries on "database is locked" (and on the table-creation races of a new store);
 - a stage that raises ends its run FAILED; one interrupted or terminated (Ctrl-C, SIGTERM) ends it KILLED;
@@ -88,6 +89,24 @@ class StageRun:
     def set_tag(self, key: str, value: str) -> None:
         self._call(lambda: self.client.set_tag(self.run_id, key, value))
 
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        """Params beside the stage's declared keys (a rung's resolved recipe); values as text, as MLflow keeps
+        them. A key already logged with another value is an MLflow error, so each key is logged once."""
+        from mlflow.entities import Param
+
+        items = [Param(k[:250], str(v)[:6000]) for k, v in params.items()]
+        for i in range(0, len(items), 100):
+            self._call(lambda c=items[i:i + 100]: self.client.log_batch(self.run_id, params=c))
+
+    def log_rung(self, rung: Any) -> None:
+        """What a ladder member ran (`alphagym.rungs.ResolvedRung.tracked`): its resolved recipe as
+        `recipe.*` params, its parent, change and seed, and rung, replica and item as tags, so that the MLflow
+        UI compares two rungs' runs on what each ran."""
+        params, tags = rung.tracked()
+        self.log_params(params)
+        for key, value in tags.items():
+            self.set_tag(key, value)
+
     def nest_under(self, stage: str) -> str | None:
         """Make this run a child of the latest finished run of `stage` (the probe of a rung under the rung's
         training run, so the MLflow UI shows them together); returns the parent's id, None if none ran."""
@@ -145,12 +164,17 @@ def _relocate(db: Path, experiment: Any, root: Path) -> None:
                   "folder was moved or copied)", stacklevel=3)
 
 
-def _open_store(cfg: Tracking, retries: int, backoff: float) -> tuple[Any, str]:
+def store_path(params: Params) -> Path:
+    """The sqlite store of a results folder: `tracking.uri` under `paths.results` (or `tracking.uri` itself
+    when absolute), so each profile, and each `--set paths.results=...`, logs to a store of its own."""
+    return (Path(params.paths.results) / params.tracking.uri).resolve()
+
+
+def _open_store(cfg: Tracking, db: Path, retries: int, backoff: float) -> tuple[Any, str]:
     """The MLflow client and the experiment id, creating store and experiment once, under a file lock."""
     from filelock import FileLock
     from mlflow.tracking import MlflowClient
 
-    db = Path(cfg.uri).resolve()
     db.parent.mkdir(parents=True, exist_ok=True)
     root = db.parent / "artifacts"
     with FileLock(str(db) + ".lock", timeout=300):
@@ -193,10 +217,11 @@ def stage_run(stage: str, params: Params, logged: Mapping[str, Any] | None = Non
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     from mlflow.entities import Param, RunTag
 
-    client, exp_id = _open_store(cfg, retries, backoff)
+    client, exp_id = _open_store(cfg, store_path(params), retries, backoff)
     with_lock_retry(lambda: _end_stale_runs(client, exp_id, stage), retries, backoff)
     tags = {"alphagym.stage": stage, "dvc.stage": stage, "mlflow.source.git.commit": git_commit(),
-            "alphagym.profile": params.profile, "mlflow.runName": stage,
+            "alphagym.profile": params.profile, "alphagym.results": str(Path(params.paths.results).resolve()),
+            "mlflow.runName": stage,
             "alphagym.pid": str(os.getpid()), "alphagym.host": socket.gethostname()}
     run = with_lock_retry(lambda: client.create_run(exp_id, tags=tags, run_name=stage), retries, backoff)
     handle = StageRun(client, run.info.run_id, retries, backoff)

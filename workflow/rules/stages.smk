@@ -1,17 +1,19 @@
 # One rule per row of the stage table (STAGE_ROWS, set by the including Snakefile, with PARAMS).
 # - inputs, outputs, threads, priority and the shell command come from the row;
-# - rule params hold the values of the params keys the row declares and a content hash of its code, so
-#   Snakemake's params trigger reruns a stage whose params or code changed (as DVC does);
+# - rule params hold the values of the params keys the row declares, a content hash of its code and its spec
+#   hash (`pipeline.stage_spec`), so Snakemake's params trigger reruns a stage whose params, code or spec
+#   changed (as DVC does);
 # - a family row (e.g. the ladder's rungs) becomes one rule with a wildcard;
-# - on success, `dvc commit` records what ran in dvc.lock and the DVC cache, so `dvc status` agrees with
-#   Snakemake and `dvc push` has the outputs to send.
+# - on success, `dvc commit --no-relink` records what ran in dvc.lock and the DVC cache, so `dvc status`
+#   agrees with Snakemake and `dvc push` has the outputs to send; it leaves the outputs' files (and mtimes)
+#   as they are, so the next `snakemake -n` plans nothing.
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
-from alphagym.pipeline import COMMON_CODE, code_hash, dvc_yaml, expand, params_values, stage_table
+from alphagym.pipeline import (COMMON_CODE, SPECS, code_hash, dvc_yaml, expand, params_values, spec_hash,
+                               specs_yaml, stage_table)
 
 RESULTS_ROOT = str(PARAMS["paths"]["results"])
 
@@ -60,13 +62,13 @@ for _row in STAGE_ROWS:
         params:
             cmd=_command(_row),
             values=_values(_row),
-            code=code_hash(tuple(COMMON_CODE) + tuple(_row.code)),
+            code=code_hash(tuple(COMMON_CODE) + tuple(_row.code)) + ":" + spec_hash(_row),
         threads: _per_member(_row, "threads", "threads_of_rung")
         priority: _per_member(_row, "priority", "priority_of_rung")
         log:
             _log,
         shell:
-            "{params.cmd} > {log} 2>&1"
+            "{params.cmd} > {log:q} 2>&1"
 
 
 onsuccess:
@@ -78,19 +80,18 @@ onsuccess:
         # record outputs this run did not write
         print("alphagym: dvc.yaml describes another profile or ladder than this run (render it with "
               "`alphagym dag --write-dvc dvc.yaml --set profile=NAME`): dvc.lock not updated")
+    elif not Path(SPECS).is_file() or Path(SPECS).read_text() != specs_yaml():
+        print(f"alphagym: {SPECS} is not the stage table's (render it with `alphagym dag --write-dvc dvc.yaml`): "
+              "dvc.lock not updated")
     else:
         done = [key for key, s in stage_table(PARAMS, STAGE_ROWS).items()
                 if all(Path(p).exists() for p in s.outs.values())]
         if done:
-            # `dvc commit` copies each output into the cache and back, which renews its mtime; Snakemake
-            # would then see inputs newer than outputs and rerun everything. Put the mtimes back.
-            files = [f for key in done for p in stage_table(PARAMS, STAGE_ROWS)[key].outs.values()
-                     for f in ([p] if Path(p).is_file() else [q for q in Path(p).rglob("*") if q.is_file()])]
-            stamps = {str(f): os.stat(f).st_mtime_ns for f in files}
-            res = subprocess.run([dvc, "commit", "--force", "--quiet", *done], capture_output=True, text=True)
-            for f, ns in stamps.items():
-                if os.path.exists(f):
-                    os.utime(f, ns=(ns, ns))
+            # --no-relink: the outputs go into the cache and stay as they are in the workspace (a relink would
+            # rewrite every file, renew its mtime, and make Snakemake see inputs newer than their outputs)
+            print(f"alphagym: recording {len(done)} stages in dvc.lock and the DVC cache (dvc commit)")
+            res = subprocess.run([dvc, "commit", "--force", "--quiet", "--no-relink", *done], capture_output=True,
+                                 text=True)
             if res.returncode:
                 print(f"alphagym: `dvc commit` failed, dvc.lock not updated:\n{res.stderr}")
             else:

@@ -19,7 +19,7 @@ from alphagym.artifacts import read_json, write_parquet
 from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.generate import read_briefs
 from alphagym.panel import Panel
-from alphagym.params import Params, resolve_rung
+from alphagym.params import Params
 from alphagym.probe.probe import (
     answer_rows,
     holdout_phase,
@@ -32,6 +32,7 @@ from alphagym.probe.probe import (
 )
 from alphagym.probe.select import SELECTORS, select_checkpoint
 from alphagym.rl.checkpoints import at_checkpoint, list_checkpoints, set_threads, sft_base
+from alphagym.rungs import resolve_rung
 from alphagym.tracking import StageRun
 from alphagym.verifier.verifier import Verifier
 
@@ -39,10 +40,8 @@ from alphagym.verifier.verifier import Verifier
 def probe(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: StageRun, item: str) -> dict[str, Any]:
     resolved = resolve_rung(params, item)
     rung_name, recipe = resolved.name, resolved.recipe
-    rung = params.rl.rungs[rung_name]
     set_threads(recipe)
-    for k, v in (("rung", rung_name), ("parent", rung.parent), ("change", rung.change), ("item", item)):
-        run.set_tag(k, v)
+    run.log_rung(resolved)
     run.nest_under(f"train@{item}")
     cat, tol, seed = load_catalogue(), params.briefs.horizon_tolerance, params.seed
     briefs = read_briefs(deps["briefs_holdout"], cat)
@@ -99,7 +98,7 @@ def probe(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
     # shows a metric's last step) compares the rungs on what they ship: holdout score, families, bets, coverage
     run.log_metrics({f"shipped/{k}": float(v) for k, v in ship.items()
                      if k not in ("shipped",) and isinstance(v, int | float | np.number) and np.isfinite(v)})
-    summary = {"rung": rung_name, "item": item, "parent": rung.parent, "change": rung.change,
+    summary = {"rung": rung_name, "item": item, "parent": resolved.parent, "change": resolved.change,
                "checkpoints": [int(s) for s in table["step"]], "shipped_step": shipped,
                "selector": selector, "shipped": _plain(ship), "step0": _plain(step0),
                "picks": {name: _plain(table.loc[table["step"] == step].iloc[0]) for name, step in picks.items()},

@@ -17,7 +17,7 @@ from alphagym.artifacts import read_json, read_jsonl, read_parquet
 from alphagym.briefs.compliance import CHECK_COLUMNS as _CHECK_COLUMNS
 from alphagym.errors import ArtifactError
 from alphagym.params import Rung
-from alphagym.pipeline import split_replica
+from alphagym.rungs import split_replica
 
 ROLES = ("log", "train", "checkpoints", "answers", "table", "probe", "books", "daily")
 

@@ -35,6 +35,7 @@ from alphagym.report.build import (
     selector_rows,
     shipped_rung,
 )
+from alphagym.rungs import change_vs_parent, recipe_of
 from alphagym.tracking import StageRun
 from alphagym.verifier import channels as ch
 
@@ -76,7 +77,7 @@ def report(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: St
     if not any(r.ok for r in results):
         raise DataError("no_rungs", "no rung has finished its train, probe and books stages: nothing to report "
                         f"(missing: {results[0].missing if results else 'no rungs declared'})")
-    diffs = {r.rung: rl.change_vs_parent(r.rung) for r in results}
+    diffs = {r.rung: change_vs_parent(rl, r.rung) for r in results}
     rows = ladder_rows(results, diffs)
     spread = seed_spread(rows)
     floor = mark_noise(rows, spread)
@@ -152,7 +153,7 @@ def _targets(ship: RungResult, best: RungResult) -> dict[str, Any]:
 
 def _ship_adapter(ship: RungResult, rl: Rl, folder: Path) -> None:
     step = int(ship.probe["shipped_step"])
-    recipe = rl.recipe_of(ship.rung)
+    recipe = recipe_of(rl, ship.rung)
     card = [f"# alphagym: shipped adapter of rung `{ship.item}`", "",
             f"- Checkpoint: step {step} of rung `{ship.item}` ({ship.change}; parent `{ship.parent}`).",
             f"- Selected by the mean train-window CPCV of its greedy answers to the holdout briefs "

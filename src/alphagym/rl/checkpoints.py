@@ -1,4 +1,4 @@
-"""What the train and probe stages both need of a rung besides its recipe (`alphagym.params.resolve_rung`):
+"""What the train and probe stages both need of a rung besides its recipe (`alphagym.rungs.resolve_rung`):
 its thread budget applied, the SFT policy it starts from, and its checkpoints read back as policies.
 
 A rung trains an adapter on top of its SFT policy (with an SFT adapter merged in, as `build_trainer` does),

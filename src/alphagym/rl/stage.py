@@ -25,12 +25,13 @@ from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.generate import read_briefs
 from alphagym.config import to_builtin
 from alphagym.panel import Panel
-from alphagym.params import Params, resolve_rung, split_replica
+from alphagym.params import Params
 from alphagym.policy.backends import disable_dropout, wrap_adapter
 from alphagym.rl.checkpoints import set_threads, sft_base
 from alphagym.rl.env import VerifierEnv
 from alphagym.rl.plots import curves_figure
 from alphagym.rl.trainer import Trainer
+from alphagym.rungs import resolve_rung
 from alphagym.tracking import StageRun
 from alphagym.verifier.archive import NoveltyArchive
 from alphagym.verifier.loading import load_kept_worlds
@@ -72,13 +73,10 @@ def run_context(params: Params, deps: dict[str, Path]) -> dict[str, Any]:
 
 
 def train(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: StageRun, item: str) -> dict[str, Any]:
-    rung = params.rl.rungs[split_replica(item)[0]]
+    rung = resolve_rung(params, item)
     work = outs["work"]
     log_path = work / "log.jsonl"
-    run.set_tag("rung", split_replica(item)[0])
-    run.set_tag("replica", str(split_replica(item)[1]))
-    run.set_tag("parent", rung.parent)
-    run.set_tag("change", rung.change)
+    run.log_rung(rung)
 
     def log(metrics: dict[str, float], step: int) -> None:
         run.log_metrics(metrics, step=step)

@@ -1,0 +1,119 @@
+"""Rung resolution: a member of the ladder (`RUNG`, or its seed replica `RUNG-sK`) as it runs.
+
+A rung is `rl.recipe` with its `set` folded in (dotted recipe keys), and a replica is the same rung with
+seed + K. This is the one place that happens: `Rl` validates each rung's folded recipe, the train and probe
+stages resolve their member here, the report reads each rung's change from here, and the stage table asks
+it for a member's cores and expected cost. Only the stages that resolve rungs declare this module as code,
+so a change here reruns them and nothing else.
+
+It sits below `alphagym.params` and imports nothing of the package: the fold works on plain mappings, and the
+validated params and recipes it is handed are used through their attributes.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+REPLICA = re.compile(r"^(.+)-s(\d+)$")
+# A DoRA step of the tiny policy costs about 1.5 LoRA steps (5.72 against 3.71 s median a step, the two
+# rungs side by side in one `make run`, docs/results.md). Only the order of the rungs depends on it.
+DORA_STEP_COST = 1.5
+
+
+def split_replica(item: str) -> tuple[str, int]:
+    """`NAME-sK` -> (NAME, K); any other item -> (item, 0). A replica reruns its item with seed + K."""
+    m = REPLICA.match(item)
+    return (m.group(1), int(m.group(2))) if m else (item, 0)
+
+
+def fold_set(recipe: Mapping[str, Any], changes: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The recipe (as plain data) with a rung's `set` applied: dotted keys, each naming a key the recipe has.
+    Raises KeyError naming `rl.rungs.<name>.set` and the key for one it lacks."""
+    raw = copy.deepcopy(dict(recipe))
+    for key, value in changes.items():
+        node, parts = raw, key.split(".")
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                raise KeyError(f"rl.rungs.{name}.set: unknown recipe key {key!r}")
+            node = node[part]
+        if parts[-1] not in node:
+            raise KeyError(f"rl.rungs.{name}.set: unknown recipe key {key!r}")
+        node[parts[-1]] = value
+    return raw
+
+
+def flat(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as one level of dotted keys (`repo.enabled`)."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, Mapping):
+            out.update(flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+@dataclass(frozen=True)
+class ResolvedRung:
+    """One member of the ladder as it runs: rung `name`, replica `replica` of it (the item `NAME-sK`), its
+    recipe (an `RlRecipe`: `rl.recipe` with the rung's `set`), seed (`seed` + K), the rung's parent and
+    change, and what the scheduler needs of it."""
+
+    item: str
+    name: str
+    replica: int
+    recipe: Any
+    seed: int
+    parent: str
+    change: str
+
+    @property
+    def threads(self) -> int:
+        """Cores it uses: the larger of its torch and numba budgets (the two phases run one after another)."""
+        return max(self.recipe.torch_threads, self.recipe.numba_threads)
+
+    @property
+    def cost(self) -> float:
+        """Expected training time in LoRA steps: its steps, a DoRA step weighted DORA_STEP_COST."""
+        return self.recipe.steps * (DORA_STEP_COST if self.recipe.adapter == "dora" else 1.0)
+
+    def tracked(self) -> tuple[dict[str, str], dict[str, str]]:
+        """(params, tags) that tell this member's MLflow runs apart from another rung's: every key of its
+        resolved recipe as `recipe.<key>` (so runs compare on what they ran, not on the base `rl.recipe`),
+        its parent, change and seed as params; rung, replica and item as tags."""
+        params = {f"recipe.{k}": str(v) for k, v in flat(self.recipe.model_dump()).items()}
+        params.update({"rung.parent": self.parent, "rung.change": self.change, "rung.seed": str(self.seed)})
+        tags = {"rung": self.name, "replica": str(self.replica), "item": self.item}
+        return params, tags
+
+
+def recipe_of(rl: Any, name: str) -> Any:
+    """Rung `name`'s recipe: `rl.recipe` with the rung's `set` folded in, validated as `rl.recipe` is (its own
+    model class). `rl` is the `rl` params or a stage's view of them that holds `rl.recipe` and the rung."""
+    if name not in rl.rungs:
+        raise KeyError(f"no rung {name!r} in rl.rungs (rungs: {sorted(rl.rungs)})")
+    return type(rl.recipe).model_validate(fold_set(rl.recipe.model_dump(), rl.rungs[name].set, name))
+
+
+def resolve_rung(params: Any, item: str) -> ResolvedRung:
+    """The one place a ladder member `RUNG` or `RUNG-sK` is resolved (the stage table's threads and
+    priorities, the train and probe stages); `params` is the whole params or a stage's view of them."""
+    name, replica = split_replica(item)
+    rl = params.rl
+    rung = rl.rungs[name]
+    return ResolvedRung(item, name, replica, recipe_of(rl, name), params.seed + replica, rung.parent, rung.change)
+
+
+def change_vs_parent(rl: Any, rung: str) -> dict[str, tuple[Any, Any]]:
+    """Recipe keys whose value differs from the parent rung's (the SFT policy's parent: rl.recipe), as
+    dotted key -> (parent value, this rung's value): what the ladder table calls the rung's change. A key
+    of a mapping (`reward_weights.compliance`) that one side lacks is None there."""
+    mine = flat(recipe_of(rl, rung).model_dump())
+    parent = rl.rungs[rung].parent
+    theirs = flat((recipe_of(rl, parent) if parent != "sft" else rl.recipe).model_dump())
+    keys = list(mine) + [k for k in theirs if k not in mine]
+    return {k: (theirs.get(k), mine.get(k)) for k in keys if theirs.get(k) != mine.get(k)}
