@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from alphagym.config import load_params
-from alphagym.pipeline import HOLDOUT_READERS, dvc_yaml, stage_table
+from alphagym.pipeline import HOLDOUT_READERS, SPECS, dvc_yaml, specs_yaml, stage_table
 from alphagym.tracking import git_commit, stage_run, with_lock_retry
 from cfg_helpers import updated
 
@@ -104,6 +104,73 @@ def _same_dag(smk: dict[str, dict], dvc: dict[str, dict]) -> None:
 def test_dvc_yaml_is_rendered_from_the_stage_table(root):
     assert (root / "dvc.yaml").read_text() == dvc_yaml(load_params(root / "params.yaml")), \
         "dvc.yaml drifted: run `alphagym dag --write-dvc dvc.yaml`"
+    assert (root / SPECS).read_text() == specs_yaml(), f"{SPECS} drifted: run `alphagym dag --write-dvc dvc.yaml`"
+
+
+def _specs_after(root: Path, tmp_path: Path, edit: tuple[str, str, str]) -> dict[str, str]:
+    """The stage specs' hashes computed from a copy of the package with one edit (file, old, new)."""
+    src = tmp_path / "src"
+    shutil.copytree(root / "src", src, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    path, old, new = edit
+    text = (src / path).read_text()
+    assert text.count(old) == 1, old
+    (src / path).write_text(text.replace(old, new))
+    out = subprocess.run([sys.executable, "-c", "from alphagym.pipeline import specs_yaml; print(specs_yaml())"],
+                         env={**_env(), "PYTHONPATH": str(src)}, capture_output=True, text=True, check=True)
+    return yaml.safe_load(out.stdout)
+
+
+def test_a_stage_depends_on_its_own_spec_not_on_all_of_params_py(root, tmp_path):
+    """Editing the description of a `Probe` field changes the probe's spec alone; adding a recipe field changes
+    the specs of the stages that declare `rl.recipe` (or all of `rl`) and no other: a stage reruns for what it
+    runs, not for every edit of params.py (the stage table's hashing; Snakemake and DVC both read the spec)."""
+    before = yaml.safe_load(specs_yaml())
+    after = _specs_after(root, tmp_path / "a", ("alphagym/params.py", 'description="sampled answers per holdout brief '
+                                                "for pass@k (0: none)\")",
+                                                'description="sampled answers per holdout brief (pass@k)")'))
+    assert {k for k in before if before[k] != after[k]} == {"probe"}
+    recipe_field = ('    reward_weights: dict[str, NonNeg] = Field(',
+                    '    new_knob: float = Field(default=0.0, description="a new knob")\n'
+                    '    reward_weights: dict[str, NonNeg] = Field(')
+    after = _specs_after(root, tmp_path / "b", ("alphagym/params.py", *recipe_field))
+    readers = {s.name for s in stage_table(load_params(root / "params.yaml")).values()
+               if any(k in ("rl", "rl.recipe") for k in s.params)}
+    assert readers == {"train", "probe", "report"}
+    assert {k for k in before if before[k] != after[k]} == readers
+    # the negative control: a change to the stage table's own row of one stage changes that stage's spec only
+    after = _specs_after(root, tmp_path / "c", ("alphagym/pipeline.py", 'help="draw the training and holdout',
+                                                'help="draw the training and the holdout'))
+    assert after == before       # help text is not part of a spec
+    after = _specs_after(root, tmp_path / "d", ("alphagym/pipeline.py", '("seed", "briefs"), ("src/alphagym/briefs",)',
+                                                '("seed", "briefs"), ("src/alphagym/briefs", "src/alphagym/panel.py")'))
+    assert {k for k in before if before[k] != after[k]} == {"briefs"}
+
+
+def test_dvc_status_ignores_bytecode_and_caches(root, tmp_path):
+    """The repo's .dvcignore keeps `__pycache__` (and other caches) out of code dependencies: a stage whose
+    code dep is a package folder stays up to date after an import writes bytecode; without the .dvcignore
+    the same bytecode makes it changed (the negative control)."""
+    def status(repo: Path) -> str:
+        return subprocess.run([str(BIN / "dvc"), "status", "--json"], cwd=repo, env=_env(), capture_output=True,
+                              text=True, check=True).stdout.strip()
+
+    for ignore in (True, False):
+        repo = tmp_path / f"r{int(ignore)}"
+        (repo / "src/pkg").mkdir(parents=True)
+        (repo / "src/pkg/mod.py").write_text("X = 1\n")
+        if ignore:
+            shutil.copy(root / ".dvcignore", repo / ".dvcignore")
+        (repo / "dvc.yaml").write_text("stages:\n  s:\n    cmd: python -c \"open('out.txt', 'w').write('x')\"\n"
+                                       "    deps: [src/pkg]\n    outs: [out.txt]\n")
+        subprocess.run([str(BIN / "dvc"), "init", "--no-scm", "-q"], cwd=repo, check=True, env=_env())
+        subprocess.run([str(BIN / "dvc"), "repro", "-q"], cwd=repo, check=True, env=_env(), capture_output=True)
+        assert status(repo) in ("", "{}")
+        subprocess.run([sys.executable, "-m", "compileall", "-q", "src"], cwd=repo, check=True)
+        assert (repo / "src/pkg/__pycache__").is_dir()
+        assert (status(repo) in ("", "{}")) is ignore, status(repo)
+        if ignore:
+            shutil.rmtree(repo / "src/pkg/__pycache__")
+            assert status(repo) in ("", "{}")
 
 
 def test_snakemake_and_dvc_describe_the_same_dag(root, tmp_path):
@@ -274,19 +341,32 @@ def test_stage_run_logs_params_metrics_tags(params, tmp_path):
     assert db.execute("select value from params where key='data.source'").fetchone()[0] == "synthetic"
 
 
-def _git_dvc_repo(repo: Path, remote: Path) -> None:
-    for cmd in (["git", "init", "-q"], ["git", "config", "user.email", "t@t"], ["git", "config", "user.name", "t"],
-                [str(BIN / "dvc"), "init", "-q"], [str(BIN / "dvc"), "remote", "add", "-d", "store", str(remote)],
-                [str(BIN / "dvc"), "config", "core.analytics", "false"]):
+def _git_dvc_repo(repo: Path, remote: Path, root: Path) -> None:
+    """A git + DVC repository as a user's clone is: the repo's .gitignore (results/ is not in git: the remote
+    carries it), the remote set as `make remote URL=...` sets it (an absolute path in .dvc/config.local)."""
+    shutil.copy(root / ".gitignore", repo / ".gitignore")
+    shutil.copytree(root / ".dvc", repo / ".dvc", ignore=shutil.ignore_patterns("tmp", "cache", "config.local"))
+    for cmd in (["git", "init", "-q"], ["git", "config", "user.email", "t@t"], ["git", "config", "user.name", "t"]):
         subprocess.run(cmd, cwd=repo, check=True, env=_env(), capture_output=True)
-    (repo / ".gitignore").write_text("/results/mlflow\n/results/**/cache\n/results/**/logs\n/results/**/.locks\n"
-                                     "/results/**/.staging\n.snakemake/\n")
+    _set_remote(repo, remote)
+
+
+def _set_remote(repo: Path, remote: Path) -> None:
+    """What `make remote URL=...` runs (Makefile), in a clone."""
+    subprocess.run([str(BIN / "dvc"), "remote", "add", "--local", "--default", "--force", "shared",
+                    str(remote.resolve())], cwd=repo, check=True, env=_env(), capture_output=True)
+
+
+def _wenv(work: Path) -> dict[str, str]:
+    """The environment of a user in the copy `work`: its own code is what Snakemake, DVC and alphagym run (the
+    tests edit it), with the venv's tools."""
+    return {**_env(), "PYTHONPATH": str(work / "src")}
 
 
 def _changed_outputs(cwd: Path) -> set[str]:
     """Outputs `snakemake --summary` would rebuild, whatever the reason (own change or upstream)."""
     out = subprocess.run([str(BIN / "snakemake"), "--summary"], cwd=cwd, capture_output=True, text=True,
-                         env=_env(), check=True).stdout
+                         env=_wenv(cwd), check=True).stdout
     return {cols[0] for line in out.splitlines()[1:] if len(cols := line.split("\t")) >= 6
             and cols[-1] != "no update"}
 
@@ -297,7 +377,7 @@ def _changed(cwd: Path) -> tuple[set[str], set[str]]:
     Not `snakemake --list-changes params`: in Snakemake 9.27 it lists every output with recorded params,
     changed or not (its ParamsChange iterates its files even when it is empty); `--summary` is right."""
     out = subprocess.run([str(BIN / "snakemake"), "--summary"], cwd=cwd, capture_output=True, text=True,
-                         env=_env(), check=True).stdout
+                         env=_wenv(cwd), check=True).stdout
     smk = set()
     for line in out.splitlines()[1:]:
         cols = line.split("\t")
@@ -305,34 +385,81 @@ def _changed(cwd: Path) -> tuple[set[str], set[str]]:
         # until the upstream outputs change; both tools name the stages changed themselves
         if len(cols) >= 6 and cols[-1] != "no update" and cols[-2] != "ok":
             smk.add((cols[2], cols[-2]))
-    status = subprocess.run([str(BIN / "dvc"), "status", "--json"], cwd=cwd, capture_output=True, text=True,
-                            env=_env(), check=True).stdout
     reasons = {r for _, r in smk}
     assert reasons <= {"params changed"}, reasons
-    return {rule for rule, _ in smk}, set(json.loads(status or "{}"))
+    return {rule for rule, _ in smk}, _dvc_changed(cwd)
+
+
+def _dvc_changed(cwd: Path) -> set[str]:
+    status = subprocess.run([str(BIN / "dvc"), "status", "--json"], cwd=cwd, capture_output=True, text=True,
+                            env=_wenv(cwd), check=True).stdout
+    return set(json.loads(status or "{}"))
+
+
+def _planned(cwd: Path, *extra: str) -> set[str]:
+    """The jobs `snakemake -n` plans (rule, or rule@wildcard), as a user sees them before running."""
+    out = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "1", *extra], cwd=cwd, capture_output=True,
+                         text=True, env=_wenv(cwd), check=True).stdout
+    jobs, rule = set(), None
+    for line in out.splitlines():
+        if m := re.match(r"^(?:local)?rule (\w+):", line):
+            rule = m.group(1)
+            if rule != "all":
+                jobs.add(rule)
+        elif rule and (m := re.match(r"^\s+wildcards: \w+=(\S+)", line)):
+            jobs.discard(rule)
+            jobs.add(f"{rule}@{m.group(1)}")
+    return jobs
+
+
+def _edit(path: Path, old: str, new: str) -> str:
+    text = path.read_text()
+    assert text.count(old) == 1, old
+    path.write_text(text.replace(old, new))
+    return text
 
 
 @pytest.mark.slow
 def test_snakemake_run_reruns_on_params_and_code_and_agrees_with_dvc(root, tmp_path):
-    """The smoke DAG under Snakemake: every stage runs and logs to MLflow; the run is recorded in dvc.lock
-    and the DVC cache; a changed param or a changed source file makes Snakemake and DVC name the same stages
-    to rerun; `dvc repro` then reruns exactly those; `dvc push` sends the outputs and a clone pulls the same
-    bytes, up to date (one DAG run for both tools: the suite's longest test)."""
+    """The smoke DAG under Snakemake, as a user meets it: every stage runs and logs to MLflow (each rung's
+    resolved recipe); the run is recorded in dvc.lock and the DVC cache and `snakemake -n` then plans nothing,
+    also after a manual `dvc commit --no-relink`; a changed param, source file or params schema makes Snakemake
+    and DVC name the same stages, and only the stages that read it (with what reads their outputs); `dvc repro`
+    reruns exactly those; `dvc push` sends every output and a second clone (its own remote set-up, its own
+    bytecode) pulls the same bytes, with `dvc status` clean, nothing planned by Snakemake, and the report and
+    `score` running on the pulled artifacts; `dvc exp run -S` runs a variant that `dvc exp show` lists beside
+    the baseline (one DAG run for all of it: the suite's longest test)."""
     work = _copy_workflow(root, tmp_path / "w", profile="smoke", ladder=list(SMOKE_LADDER))
-    _git_dvc_repo(work, tmp_path / "remote")
-    run = subprocess.run([str(BIN / "snakemake"), "--cores", "2"], cwd=work, env=_env(), capture_output=True,
+    remote = tmp_path / "shared store"
+    _git_dvc_repo(work, remote, root)
+    env = _wenv(work)
+    run = subprocess.run([str(BIN / "snakemake"), "--cores", "2"], cwd=work, env=env, capture_output=True,
                          text=True)
     assert run.returncode == 0, run.stderr[-3000:]
     keys = list(stage_table(load_params(work / "params.yaml")))
     assert f"recorded {', '.join(keys)} in dvc.lock" in run.stdout + run.stderr
     summary = json.loads((work / "results/smoke/panel/summary.json").read_text())
     assert summary["train_first"] == "2023-01-03" and summary["holdout_sessions"] == 252
-    db = sqlite3.connect(work / "results/mlflow/mlflow.db")
+    # the smoke profile's own MLflow store, under its own results folder
+    assert not (work / "results/mlflow").exists()
+    db = sqlite3.connect(work / "results/smoke/mlflow/mlflow.db")
     names = sorted(r[0] for r in db.execute("select name from runs where status='FINISHED'"))
     assert names == sorted(stage_table(load_params(work / "params.yaml")))
     assert dict(db.execute("select key, value from tags where key='alphagym.profile'").fetchall()) == \
         {"alphagym.profile": "smoke"}
+    # what each rung ran, as the compare view shows it: the resolved recipe, not the base recipe
+    logged = {}
+    for name, key, value in db.execute("select r.name, p.key, p.value from params p join runs r "
+                                       "on p.run_uuid = r.run_uuid where r.name like 'train@%'"):
+        logged.setdefault(name, {})[key] = value
+    assert logged["train@dapo_all"]["recipe.loss"] == "dapo" and logged["train@cispo_repo"]["recipe.loss"] == "cispo"
+    assert logged["train@dapo_all"]["recipe.steps"] == "4"          # the smoke profile's, as it ran
+    assert not any(k.startswith("rl.recipe") for k in logged["train@dapo_all"])
     assert _changed(work) == (set(), set())
+    assert _planned(work) == set()
+    # the commit a user runs after rendering dvc.yaml for a profile leaves the outputs' mtimes alone
+    subprocess.run([str(BIN / "dvc"), "commit", "--force", "--quiet", "--no-relink"], cwd=work, env=env, check=True)
+    assert _planned(work) == set() and _dvc_changed(work) == set()
 
     params_text = (work / "params.yaml").read_text()
     (work / "params.yaml").write_text(params_text.replace("purge: 10 ", "purge: 11 "))
@@ -341,6 +468,11 @@ def test_snakemake_run_reruns_on_params_and_code_and_agrees_with_dvc(root, tmp_p
     assert _changed(work) == ({"archive", "world_model", "corpus", "sft", "filter", "train", "probe", "books"},
                               {"archive", "world_model", "corpus", "sft@tiny", "filter",
                                *(f"{s}@{r}" for s in ("train", "probe", "books") for r in ladder)})
+    # a param that one late stage reads: that stage and what reads its outputs, nothing upstream
+    (work / "params.yaml").write_text(params_text.replace("down_day: -0.015", "down_day: -0.02"))
+    books = {f"books@{r}" for r in ladder}
+    assert _changed(work) == ({"books", "report"}, {*books, "report"})
+    assert _planned(work) == {*books, "report"}
     # one rung's recipe changed: that rung, its probe and the report, nothing of the other rung
     lr_changed = params_text.replace("set: {loss: dapo, repo.enabled: false, briefs: all}}",
                                      "set: {loss: dapo, repo.enabled: false, briefs: all, lr: 1.0e-4}}")
@@ -354,36 +486,88 @@ def test_snakemake_run_reruns_on_params_and_code_and_agrees_with_dvc(root, tmp_p
     model.write_text(source + "\n# a change to the world model's code\n")
     assert _changed(work) == ({"world_model"}, {"world_model"})
     model.write_text(source)
+    # the schema of one params section (a Probe field's description): the probe, then what reads its outputs;
+    # the stage specs are rendered with dvc.yaml, as after any edit of params.py or the stage table
+    schema = _edit(work / "src/alphagym/params.py", 'description="sampled answers per holdout brief for pass@k',
+                   'description="sampled answers per holdout brief, for pass@k')
+    subprocess.run([str(BIN / "alphagym"), "dag", "--write-dvc", "dvc.yaml"], cwd=work, env=env, check=True,
+                   capture_output=True)
+    probes = {f"probe@{r}" for r in ladder}
+    assert _changed(work) == ({"probe"}, probes)
+    assert _planned(work) == {*probes, *books, "report"}
+    (work / "src/alphagym/params.py").write_text(schema)
+    subprocess.run([str(BIN / "alphagym"), "dag", "--write-dvc", "dvc.yaml"], cwd=work, env=env, check=True,
+                   capture_output=True)
     assert _changed(work) == (set(), set())
 
     # DVC runs the stages it renders: one rung's changed recipe reruns that rung, its probe (and books when
     # the answers changed) and the report, and nothing else
     (work / "params.yaml").write_text(lr_changed)
-    repro = subprocess.run([str(BIN / "dvc"), "repro"], cwd=work, env=_env(), capture_output=True, text=True)
+    repro = subprocess.run([str(BIN / "dvc"), "repro"], cwd=work, env=env, capture_output=True, text=True)
     assert repro.returncode == 0, repro.stdout[-3000:] + repro.stderr[-3000:]
     ran = set(re.findall(r"Running stage '([^']+)'", repro.stdout))
     assert {"train@dapo_all", "probe@dapo_all", "report"} <= ran <= {"train@dapo_all", "probe@dapo_all",
                                                                       "books@dapo_all", "report"}, ran
-    assert subprocess.run([str(BIN / "dvc"), "status", "--json"], cwd=work, env=_env(), capture_output=True,
-                          text=True, check=True).stdout.strip() in ("", "{}")
+    assert _dvc_changed(work) == set()
 
-    push = subprocess.run([str(BIN / "dvc"), "push"], cwd=work, env=_env(), capture_output=True, text=True)
+    # sharing: every output travels through the remote, metrics included (results/ is not in git)
+    push = subprocess.run([str(BIN / "dvc"), "push"], cwd=work, env=env, capture_output=True, text=True)
     assert push.returncode == 0 and "pushed" in push.stdout, push.stdout + push.stderr
     for cmd in (["git", "add", "-A"], ["git", "commit", "-qm", "smoke run"]):
-        subprocess.run(cmd, cwd=work, check=True, env=_env(), capture_output=True)
+        subprocess.run(cmd, cwd=work, check=True, env=env, capture_output=True)
+    assert not subprocess.run(["git", "ls-files", "results"], cwd=work, capture_output=True, text=True).stdout
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(work), str(clone)], check=True, env=_env(), capture_output=True)
-    subprocess.run([str(BIN / "dvc"), "pull"], cwd=clone, check=True, env=_env(), capture_output=True)
+    _set_remote(clone, remote)
+    cenv = _wenv(clone)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "src"], cwd=clone, check=True)   # its own bytecode
+    subprocess.run([str(BIN / "dvc"), "pull"], cwd=clone, check=True, env=cenv, capture_output=True)
     for st in stage_table(load_params(work / "params.yaml")).values():
         for out in st.outs.values():
             files = sorted(f.relative_to(work) for f in (work / out).rglob("*") if f.is_file()) \
                 if (work / out).is_dir() else [Path(out)]
             for f in files:
                 assert (clone / f).read_bytes() == (work / f).read_bytes(), f
-    status = subprocess.run([str(BIN / "dvc"), "status", "--json"], cwd=clone, env=_env(), capture_output=True,
-                            text=True, check=True).stdout
-    assert status.strip() in ("", "{}"), status
+    assert _dvc_changed(clone) == set()
+    # `make pull`'s last step: Snakemake records the pulled outputs as up to date, in dependency order
+    touch = subprocess.run([str(BIN / "snakemake"), "--touch", "--forceall", "--cores", "1", "--quiet"], cwd=clone,
+                           env=cenv, capture_output=True, text=True)
+    assert touch.returncode == 0, touch.stderr[-3000:]
+    assert _planned(clone) == set() and _dvc_changed(clone) == set()
+    assert _changed(clone) == (set(), set())
+    for cmd in (["report"], ["score", "rank(ts_delta(close, 5))", "--json", "--no-server"]):
+        done = subprocess.run([str(BIN / "alphagym"), *cmd, "--set", "profile=smoke"], cwd=clone, env=cenv,
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["valid"] is True
+    # the receiver's params edit is seen by both tools (Snakemake recorded what it touched)
+    (clone / "params.yaml").write_text((clone / "params.yaml").read_text().replace("down_day: -0.015",
+                                                                                   "down_day: -0.02"))
+    assert _changed(clone) == ({"books", "report"}, {*books, "report"})
+
     _killed_rung_resumes(work)       # on the DAG just built: the rung's upstream outputs are there
+    _experiment_variant(work)
+
+
+def _experiment_variant(work: Path) -> None:
+    """`dvc exp run -S` on the smoke profile: a variant without editing params.yaml, listed by `dvc exp show`
+    beside the baseline with the value it ran."""
+    env = _wenv(work)
+    subprocess.run([str(BIN / "dvc"), "checkout", "--force"], cwd=work, env=env, check=True, capture_output=True)
+    subprocess.run(["git", "checkout", "--", "."], cwd=work, env=env, check=True, capture_output=True)
+    exp = subprocess.run([str(BIN / "dvc"), "exp", "run", "-n", "steps6", "-S", "profiles.smoke.rl.recipe.steps=6"],
+                         cwd=work, env=env, capture_output=True, text=True)
+    assert exp.returncode == 0, exp.stdout[-3000:] + exp.stderr[-3000:]
+    ran = set(re.findall(r"Running stage '([^']+)'", exp.stdout))
+    assert {f"train@{r}" for r in SMOKE_LADDER} <= ran and "panel" not in ran, ran
+    show = subprocess.run([str(BIN / "dvc"), "exp", "show", "--json"], cwd=work, env=env, capture_output=True,
+                          text=True, check=True).stdout
+    rows = json.loads(show)
+    names = {e.get("name") for r in rows for e in (r.get("experiments") or []) for e in (e.get("revs") or [])}
+    assert "steps6" in names, show[:3000]
+    table = subprocess.run([str(BIN / "dvc"), "exp", "show", "--csv", "--param-deps"], cwd=work, env=env,
+                           capture_output=True, text=True, check=True).stdout
+    assert "steps6" in table and "workspace" in table, table[:3000]
 
 
 def _killed_rung_resumes(work: Path) -> None:

@@ -73,7 +73,10 @@ for _row in STAGE_ROWS:
 
 onsuccess:
     dvc = shutil.which("dvc")
-    if dvc is None or not Path(".dvc").is_dir():
+    if workflow.touch:
+        # `--touch` ran no stage (`make pull` marks outputs DVC already checked as up to date): nothing to record
+        pass
+    elif dvc is None or not Path(".dvc").is_dir():
         print("alphagym: not a DVC repository (or no dvc on PATH): dvc.lock not updated")
     elif not Path("dvc.yaml").is_file() or Path("dvc.yaml").read_text() != dvc_yaml(PARAMS, STAGE_ROWS):
         # dvc.yaml's stages have this run's names but another profile's paths: committing them would
