@@ -271,6 +271,18 @@ def _print_card(card: dict[str, Any], text: str, priorities: Priorities, note: s
 
 # --- parser -----------------------------------------------------------------------------------------------
 
+class _ArgumentParser(argparse.ArgumentParser):
+    """Reads an argument that starts with one '-' and is not an option of the command as an argument: many
+    Alpha101 formulas start with '-' (`alphagym score '-rank(close)'`), and every option here but -h is
+    long (`--json`), so such a string can only be a formula (or an option's value: `--answer -x`)."""
+
+    def _parse_optional(self, arg_string: str) -> Any:
+        if arg_string[:1] == "-" and arg_string[1:2] not in ("", "-") \
+                and arg_string not in self._option_string_actions:
+            return None
+        return super()._parse_optional(arg_string)
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--params", default="params.yaml", help="parameters file (default: params.yaml)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -291,7 +303,7 @@ TOOLS: list[tuple[str, str, Callable[[argparse.Namespace], int]]] = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="alphagym", description=__doc__.splitlines()[0])
+    parser = _ArgumentParser(prog="alphagym", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     from alphagym.pipeline import table_rows
 
