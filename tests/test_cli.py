@@ -129,3 +129,22 @@ def test_a_formula_starting_with_minus_is_a_formula_not_an_option(monkeypatch, c
     assert build_parser().parse_args(["eval", "-rank(volume)", "--json"]).formula == "-rank(volume)"
     assert build_parser().parse_args(["score", "--answer", "-x", "--json"]).answer == "-x"
 
+
+def test_score_of_an_invalid_formula_prints_its_card_and_exits_2(monkeypatch, capsys, root):
+    """An invalid formula is the user's error: the card (with the reason) is printed, the exit status is 2,
+    and `alphagym score --help` says so. A raw model answer (`--answer`) is scored whatever it holds: an
+    invalid one is a score (its penalties), exit 0."""
+    import json
+
+    code, _ = _score(monkeypatch, root, "rank(close", "--json")
+    card = json.loads(capsys.readouterr().out)
+    assert code == 2 and card["valid"] is False and card["error_type"] == "syntax"
+    code, _ = _score(monkeypatch, root, "rank(close")
+    out = capsys.readouterr().out
+    assert code == 2 and "invalid" in out and "missing ')'" in " ".join(out.split())
+    assert _score(monkeypatch, root, "rank(close)")[0] == 0
+    capsys.readouterr()
+    assert _score(monkeypatch, root, "--answer", "<alpha>rank(close</alpha>", "--json")[0] == 0
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices["score"]
+    assert "exits 2 when the formula is invalid" in " ".join(sub.format_help().split())
+

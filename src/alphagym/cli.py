@@ -170,15 +170,17 @@ def cmd_score(args: argparse.Namespace) -> int:
         if served is None and args.server_note is None and not (args.plot or args.no_server) \
                 and os.environ.get(AUTOSERVE_ENV, "1") != "0":
             shown = _start_server(args)
+    # an invalid FORMULA is the user's to fix (exit 2, after its card); an invalid raw answer is a score
+    code = 2 if not (answer or out["valid"]) else 0
     if args.json:                          # stdout stays the card alone, wherever it was scored
         if note:
             out["note"] = note
         if shown:
             print(f"alphagym score: note: {shown}", file=sys.stderr)
         print(json.dumps(out, indent=1))
-        return 0
+        return code
     _print_card(out, text, params.verifier.priorities, "; ".join(n for n in (note, shown) if n))
-    return 0
+    return code
 
 
 AUTOSERVE_ENV = "ALPHAGYM_SCORE_AUTOSERVE"    # "0": `alphagym score` never starts a server by itself
@@ -289,6 +291,13 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="override a parameter, e.g. --set data.source=csv (repeatable)")
 
 
+EPILOGS = {
+    "score": "Exit status: 0 when the formula is valid; the command exits 2 when the formula is invalid (its card, "
+             "with the reason, is printed first) and on a user error (a bad parameter, no panel). A raw answer "
+             "(--answer) is scored whatever it holds: an invalid one is a score (its penalties), exit 0. A formula "
+             "may start with '-' (alphagym score '-rank(close)').",
+}
+
 TOOLS: list[tuple[str, str, Callable[[argparse.Namespace], int]]] = [
     ("dag", "show the stage table, or write dvc.yaml from it", cmd_dag),
     ("calibrate", "fit the simulator to a folder of real per-ticker CSV files", cmd_calibrate),
@@ -317,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.set_defaults(family_option=row.family.wildcard)
     subs = {}
     for name, help_text, fn in TOOLS:
-        p = sub.add_parser(name, help="tool: " + help_text, description=help_text)
+        p = sub.add_parser(name, help="tool: " + help_text, description=help_text, epilog=EPILOGS.get(name))
         _add_common(p)
         p.set_defaults(func=fn)
         subs[name] = p
