@@ -148,3 +148,16 @@ def test_score_of_an_invalid_formula_prints_its_card_and_exits_2(monkeypatch, ca
     sub = next(a for a in build_parser()._actions if a.dest == "command").choices["score"]
     assert "exits 2 when the formula is invalid" in " ".join(sub.format_help().split())
 
+
+def test_ctrl_c_in_a_stage_is_one_line_and_exit_130(monkeypatch, capsys, root):
+    """Ctrl-C during a stage (`alphagym train` mid-run) prints one line, no traceback, and exits 130 as a
+    shell's interrupted command does; the stage runner has removed its staging by then, and a rerun resumes."""
+    import alphagym.stages
+
+    def interrupted(params, key):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(alphagym.stages, "run_stage", interrupted)
+    code = main(["briefs", "--params", str(root / "params.yaml"), "--set", "tracking.enabled=false"])
+    err = capsys.readouterr().err
+    assert code == 130 and err == "alphagym briefs: interrupted; rerun the same command to resume\n"

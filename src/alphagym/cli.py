@@ -379,6 +379,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AlphagymError as exc:
         print(f"alphagym {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:        # Ctrl-C: the stage runner has unwound (staging removed, MLflow run ended)
+        again = "; rerun the same command to resume" if args.func is cmd_stage else ""
+        print(f"alphagym {args.command}: interrupted{again}", file=sys.stderr)
+        return 130                   # 128 + SIGINT, as a shell reports an interrupted command
     except BrokenPipeError:          # output piped into `head` and closed early: not an error
         sys.stderr.close()
         return 0
