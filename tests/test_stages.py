@@ -81,3 +81,69 @@ def test_two_runs_in_one_results_folder_do_not_race(root, tmp_path):
     assert all("already running" in err for code, (_, err) in zip(codes, results) if code == 2), results
     meta = json.loads((tmp_path / "results/raw/meta.json").read_text())
     assert len(pd.read_parquet(tmp_path / "results/raw/prices.parquet")) == meta["rows"]
+
+
+def _read_only_message(capsys, root, results: Path) -> tuple[int, str]:
+    from alphagym.cli import main
+
+    code = main(["briefs", "--params", str(root / "params.yaml"), "--set", f"paths.results={results}",
+                 "--set", "tracking.enabled=false"])
+    return code, capsys.readouterr().err
+
+
+def test_a_read_only_results_folder_is_one_clear_line(root, tmp_path, capsys, monkeypatch):
+    """A results folder that cannot be written (a read-only mount, here simulated: tests may run as root,
+    whom chmod does not stop) is one line naming the folder and the reason, exit 2, not a traceback."""
+    import errno
+
+    results = tmp_path / "ro"
+    results.mkdir()
+    real_mkdir = Path.mkdir
+
+    def read_only(self, *args, **kwargs):
+        if self == results or results in self.parents:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    code, err = _read_only_message(capsys, root, results)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"alphagym briefs: error: the results folder {results} cannot be written")
+    assert "Read-only file system" in err and "paths.results" in err
+    monkeypatch.undo()
+
+    # .locks there from an earlier run, but no lock file can be created in it (its mode was changed)
+    import filelock
+
+    def denied(self, *args, **kwargs):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), self.lock_file)
+
+    monkeypatch.setattr(filelock.FileLock, "acquire", denied)
+    code, err = _read_only_message(capsys, root, results)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert f"the results folder {results} cannot be written (Permission denied: {results}/.locks/" in err
+    monkeypatch.undo()
+
+    # a stage that meets a read-only file system elsewhere (an output folder mounted read-only)
+    import alphagym.stages
+
+    def writes_nowhere(params, key):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), "/mnt/ro/out.json")
+
+    monkeypatch.setattr(alphagym.stages, "run_stage", writes_nowhere)
+    code, err = _read_only_message(capsys, root, results)
+    assert (code, err) == (2, "alphagym briefs: error: Read-only file system: /mnt/ro/out.json\n")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a chmod 0o555 folder: the monkeypatched test "
+                                               "above covers the read-only case there")
+def test_a_chmod_read_only_results_folder_is_one_clear_line(root, tmp_path, capsys):
+    results = tmp_path / "ro"
+    results.mkdir()
+    results.chmod(0o555)
+    try:
+        code, err = _read_only_message(capsys, root, results)
+    finally:
+        results.chmod(0o755)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert f"the results folder {results} cannot be written" in err and "Permission denied" in err

@@ -8,6 +8,7 @@ This module only parses arguments and prints; the work happens in the areas.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -386,6 +387,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:          # output piped into `head` and closed early: not an error
         sys.stderr.close()
         return 0
+    except OSError as exc:           # the system refused a file (read-only, no permission, disk full): the
+        if exc.errno not in _REFUSED:  # user's to fix, so one line; any other OSError is a bug: its traceback
+            raise
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"alphagym {args.command}: error: {exc.strerror}{where}", file=sys.stderr)
+        return 2
+
+
+_REFUSED = {errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT}
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from alphagym.config import ParamsView, get, results_dir
-from alphagym.errors import ConfigError, DataError, StageBusyError
+from alphagym.errors import ConfigError, DataError, StageBusyError, WriteError
 from alphagym.pipeline import Stage, stage_table
 from alphagym.runtime import configure_runtime
 from alphagym.tracking import stage_run
@@ -70,9 +70,12 @@ def _run_locked(params: Mapping[str, Any], key: str, stage: Stage, root: Path, r
     for path in stage.outs.values():
         _remove(Path(path))
     staging_root = root / ".staging"
-    staging_root.mkdir(parents=True, exist_ok=True)
-    sweep_staging(root, held=_safe(key))
-    staging = Path(tempfile.mkdtemp(prefix=f"{_safe(key)}.", dir=staging_root))
+    try:
+        staging_root.mkdir(parents=True, exist_ok=True)
+        sweep_staging(root, held=_safe(key))
+        staging = Path(tempfile.mkdtemp(prefix=f"{_safe(key)}.", dir=staging_root))
+    except OSError as exc:
+        raise _unwritable(root, exc) from None
     staged = {role: staging / role / Path(p).name for role, p in stage.outs.items()}
     for role, p in staged.items():
         (p if role in stage.directories else p.parent).mkdir(parents=True)
@@ -103,11 +106,21 @@ def _safe(key: str) -> str:
     return key.replace("@", "_").replace("/", "_")
 
 
+def _unwritable(root: Path, exc: OSError) -> WriteError:
+    """The one-line error for a results folder the stage runner cannot write into (its locks, its staging)."""
+    where = f": {exc.filename}" if exc.filename else ""
+    return WriteError(f"the results folder {root} cannot be written ({exc.strerror or exc}{where}); make it "
+                      "writable, or point paths.results at a folder that is (--set paths.results=DIR)")
+
+
 def _lock(root: Path, name: str) -> Any:
     from filelock import FileLock
 
     locks = root / ".locks"
-    locks.mkdir(parents=True, exist_ok=True)
+    try:
+        locks.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _unwritable(root, exc) from None
     return FileLock(str(locks / f"{name}.lock"))
 
 
@@ -125,8 +138,13 @@ def stage_lock(root: Path, key: str, wait_s: float = 5.0) -> Iterator[None]:
         holder = pid_file.read_text().strip() if pid_file.is_file() else "unknown"
         raise StageBusyError(f"stage {key!r} is already running on the results folder {root} (pid {holder}); "
                              "wait for it to end, or stop it, before running it again") from None
+    except OSError as exc:                # the lock file cannot be created: .locks is read-only
+        raise _unwritable(root, exc) from None
     try:
-        pid_file.write_text(f"{os.getpid()}\n")
+        try:
+            pid_file.write_text(f"{os.getpid()}\n")
+        except OSError as exc:
+            raise _unwritable(root, exc) from None
         yield
     finally:
         lock.release()
