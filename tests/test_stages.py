@@ -147,3 +147,56 @@ def test_a_chmod_read_only_results_folder_is_one_clear_line(root, tmp_path, caps
         results.chmod(0o755)
     assert code == 2 and len(err.splitlines()) == 1, err
     assert f"the results folder {results} cannot be written" in err and "Permission denied" in err
+
+
+def reads_its_input(params, deps, outs, run):
+    """A stage that reads its input through the typed readers (as every stage does) and writes both outputs."""
+    from alphagym.artifacts import read_json, read_jsonl, read_npz, read_parquet
+
+    path = deps["data"]
+    read = {".parquet": read_parquet, ".json": read_json, ".jsonl": read_jsonl, ".npz": read_npz}[path.suffix]
+    read(path)
+    outs["first"].write_text(f"from {path.name}")
+    (outs["folder"] / "a.txt").write_text("a")
+    return {}
+
+
+def _write_input(path: Path) -> None:
+    import numpy as np
+
+    from alphagym.artifacts import write_parquet
+
+    if path.suffix == ".parquet":
+        write_parquet(pd.DataFrame({"x": np.arange(200.0), "y": np.arange(200) % 7}), path)
+    elif path.suffix == ".json":
+        path.write_text(json.dumps({"rows": list(range(50))}))
+    elif path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps({"id": f"b{i}", "text": "t" * 20}) + "\n" for i in range(20)))
+    else:
+        np.savez(path, a=np.arange(500.0), b=np.ones((10, 10)))
+
+
+@pytest.mark.parametrize("name", ["train.parquet", "books.json", "briefs.jsonl", "archive.npz"])
+def test_a_stage_checks_its_inputs_before_it_removes_its_previous_outputs(params, tmp_path, name):
+    """An input cut short (a corrupt panel, a garbled books.json) stops the stage before it removes
+    anything: the error names the input and its role, and the outputs of the last good run are still there.
+    (A stage that fails once it has started still leaves no outputs: see the tests above.)"""
+    from alphagym.errors import ArtifactError
+
+    data = tmp_path / "in" / name
+    data.parent.mkdir()
+    _write_input(data)
+    outs = {"first": f"{tmp_path}/r/first.txt", "folder": f"{tmp_path}/r/folder"}
+    rows = [Stage("demo", "test_stages:reads_its_input", {"data": str(data)}, outs, ("seed",), (),
+                  directories=("folder",))]
+    run_stage(params, "demo", rows)
+    assert (tmp_path / "r/first.txt").read_text() == f"from {name}"
+
+    data.write_bytes(data.read_bytes()[: len(data.read_bytes()) // 2])       # cut short mid-file
+    with pytest.raises(ArtifactError) as info:
+        run_stage(params, "demo", rows)
+    assert (tmp_path / "r/first.txt").is_file(), "the last good run's outputs were removed"
+    assert (tmp_path / "r/first.txt").read_text() == f"from {name}"
+    assert (tmp_path / "r/folder/a.txt").read_text() == "a"
+    assert "stage 'demo' cannot read its input 'data'" in str(info.value) and f"file {data}" in str(info.value)
+    assert "its outputs of the last run are kept" in str(info.value)

@@ -5,9 +5,13 @@ the keys its row declares, `deps` and `outs` map roles to paths, `run` logs to M
 summary for the CLI to print. Stage functions live in each area's `stage.py`.
 
 Outputs are all-or-nothing. The stage's previous outputs are removed before it starts, so a stage that
-fails (or is killed) leaves none, and nothing downstream can run on stale files. The stage writes into a
-staging folder of its own (unique per run, inside the results folder), and its outputs are moved to the
-paths of the stage table only once the function has returned and every declared output exists.
+fails (or is killed) leaves none, and nothing downstream can run on stale files. Before that, each input is
+checked to exist and to be readable (`artifacts.check_readable`: a file cut short is found by its format): a
+stage whose input is missing or damaged stops at once, naming it, with its previous outputs untouched (it has
+not started, and its input's producer must run again first, which makes those outputs out of date anyway).
+The stage writes into a staging folder of its own (unique per run, inside the results folder), and its
+outputs are moved to the paths of the stage table only once the function has returned and every declared
+output exists.
 A stage with a `work` folder (RL rungs) keeps its resumable state there across runs; it is handed to the
 stage among its outputs, is not removed here, and the stage empties it once it has finished.
 
@@ -30,8 +34,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from alphagym.artifacts import check_readable
 from alphagym.config import ParamsView, get, results_dir
-from alphagym.errors import ConfigError, DataError, StageBusyError, WriteError
+from alphagym.errors import ArtifactError, ConfigError, DataError, StageBusyError, WriteError
 from alphagym.pipeline import Stage, stage_table
 from alphagym.runtime import configure_runtime
 from alphagym.tracking import stage_run
@@ -60,6 +65,15 @@ def run_stage(params: Mapping[str, Any], key: str, rows: list[Stage] | None = No
         if not Path(path).exists():
             hint = f"; run `alphagym {producer[path].command}` first" if path in producer else ""
             raise DataError("missing_input", f"stage {key!r} needs its input {role!r}, not found{hint}", file=path)
+    for role, path in stage.deps.items():
+        if not Path(path).exists():
+            continue              # a gathered family member's missing file: the stage reports it
+        try:
+            check_readable(path)
+        except ArtifactError as exc:
+            hint = f"; rerun `alphagym {producer[path].command}`" if path in producer else ""
+            raise ArtifactError(path, f"stage {key!r} cannot read its input {role!r} ({exc.detail}); its outputs of "
+                                      f"the last run are kept{hint}", rule=exc.rule) from None
     root = results_dir(params)
     with stage_lock(root, key):
         return _run_locked(params, key, stage, root, reads)
