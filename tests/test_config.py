@@ -99,6 +99,32 @@ def test_bad_value_in_an_unselected_profile_fails_too(root, tmp_path):
         load_params(tmp_path / "params.yaml")
 
 
+def test_a_bad_value_in_the_base_block_is_named_as_the_base_not_a_profile(root, tmp_path):
+    """The base block is validated before any profile: its error names the base block, even when the selected
+    profile overrides the key (smoke sets rl.recipe.steps) and another profile does not; a profile's own
+    error still names that profile."""
+    text = (root / "params.yaml").read_text()
+    assert text.count("\n    steps: 600\n") == 1
+    (tmp_path / "params.yaml").write_text(text.replace("\n    steps: 600\n", "\n    steps: -5\n"))
+    for profile in (["profile=smoke"], ["profile=real"], []):
+        with pytest.raises(ConfigError) as err:
+            load_params(tmp_path / "params.yaml", profile)
+        message = str(err.value)
+        assert message.startswith(f"{tmp_path / 'params.yaml'}") and "rl.recipe.steps = -5" in message, message
+        assert "profile '" not in message.splitlines()[0], message
+        if profile:
+            assert message.startswith(f"{tmp_path / 'params.yaml'} (base block): invalid parameters:"), message
+    (tmp_path / "params.yaml").write_text(text.replace("recipe: {steps: 200}}\n    verifier:",
+                                                       "recipe: {steps: -7}}\n    verifier:"))
+    with pytest.raises(ConfigError, match=r"params.yaml \(profile 'envb'\): invalid parameters:\n  "
+                                          r"rl.recipe.steps = -7"):
+        load_params(tmp_path / "params.yaml", ["profile=smoke"])
+    # a bad `--set` is not the file's base block: it is named with the profile it was given with
+    with pytest.raises(ConfigError, match=r"params.yaml \(profile 'smoke'\): invalid parameters:\n  "
+                                          r"rl.recipe.lr = -1"):
+        load_params(root / "params.yaml", ["profile=smoke", "rl.recipe.lr=-1"])
+
+
 def test_unknown_key_in_the_file_is_named(root, tmp_path):
     text = (root / "params.yaml").read_text().replace("  workers: 1", "  workers: 1\n  wokers: 2")
     (tmp_path / "params.yaml").write_text(text)
