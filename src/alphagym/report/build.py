@@ -60,12 +60,19 @@ def load_rung(item: str, files: Mapping[str, Path], rungs: Mapping[str, Rung]) -
     res.daily = read_parquet(files["daily"], columns=("date", "market"), what="daily book returns")
     res.checkpoints = Path(files["checkpoints"])
     shipped = res.probe["shipped_step"]
-    if shipped not in set(res.table["step"]) or res.books.get("shipped_step") != shipped:
-        raise ArtifactError(files["probe"], f"rung {item}: the shipped step {shipped!r} is not among the probe's "
-                                            f"checkpoints {sorted(res.table['step'])} in {files['table']}, or the "
-                                            f"books ({files['books']}) are of step {res.books.get('shipped_step')!r}; "
-                                            f"rerun the rung's probe and books")
+    steps = sorted(int(s) for s in res.table["step"])
+    # two checks, two messages: one "or" message read "step 0 is not among [0, 2, 4]" when the books differed
+    if not _is_int(shipped) or shipped not in steps:
+        raise ArtifactError(files["probe"], f"rung {item}: the probe ships step {shipped!r}, which is not among its "
+                                            f"checkpoints {steps} in {files['table']}; rerun the rung's probe")
+    if res.books["shipped_step"] != shipped:
+        raise ArtifactError(files["books"], f"rung {item}: the books are of step {res.books['shipped_step']!r}, the "
+                                            f"probe ({files['probe']}) ships step {shipped}; rerun the rung's books")
     return res
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def read_training_log(path: str | Path, steps: int) -> list[dict[str, Any]]:
