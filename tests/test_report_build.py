@@ -186,3 +186,58 @@ def test_a_books_file_of_another_step_is_named_as_such_not_as_a_missing_checkpoi
     files["probe"].write_text('{"shipped_step": 6}')
     with pytest.raises(ArtifactError, match=r"ships step 6, which is not among its checkpoints \[0, 2, 4\]"):
         _load(files)
+
+
+def _without(d: dict, dotted: str) -> dict:
+    import copy
+
+    out = copy.deepcopy(d)
+    *parents, last = dotted.split(".")
+    node = out
+    for p in parents:
+        node = node[p]
+    del node[last]
+    return out
+
+
+def _with(d: dict, dotted: str, value) -> dict:
+    import copy
+
+    out = copy.deepcopy(d)
+    *parents, last = dotted.split(".")
+    node = out
+    for p in parents:
+        node = node[int(p)] if isinstance(node, list) else node[p]
+    node[last] = value
+    return out
+
+
+BAD_BOOKS = [
+    (_with(_books(), "capped.sharpe", "high"), "capped.sharpe is 'high', not a number"),
+    (_without(_books(), "equal_weight.beta"), "equal_weight.beta is missing"),
+    (_without(_books(), "equal_weight.market_return"), "equal_weight.market_return is missing"),
+    (_with(_books(), "archive.effective_bets", None), "archive.effective_bets is None, not a number"),
+    (_with(_books(), "equal_weight.return", True), "equal_weight.return is True, not a number"),
+    (_with(_books(), "capped", [1, 2]), "capped is neither null nor an object"),
+    (_without(_books(), "archive"), "archive is missing"),
+    (_with(_books(), "shipped_step", 2.0), "shipped_step is 2.0, not a step (an integer)"),
+    (_with(_books(), "answers.0.holdout_sharpe", "n/a"), "answers[0].holdout_sharpe is 'n/a', not a number"),
+    (_with(_books(), "answers.0.formula", 3), "answers[0].formula is 3, not a formula (a string)"),
+    (_with(_books(), "answers", {}), "answers is not a list"),
+    (_with(_books(), "archive_pool", "7"), "archive_pool is '7', not a count"),
+]
+
+
+@pytest.mark.parametrize("books, message", BAD_BOOKS, ids=[m.split(" is ")[0] for _, m in BAD_BOOKS])
+def test_every_key_the_report_reads_from_books_is_checked(tmp_path, books, message):
+    """A books.json that parses but holds a wrong type, or lacks a key the report reads, is an error naming
+    the file and the key, not a report that exits 0 with "sharpe": "high" in it. A book of no answers is
+    null, and NaN metrics are numbers (the books stage writes both)."""
+    from alphagym.errors import ArtifactError
+
+    files = _rung_files(tmp_path / "r", books=books)
+    with pytest.raises(ArtifactError) as err:
+        _load(files)
+    assert message in str(err.value) and f"(file {files['books']})" in str(err.value), str(err.value)
+    nan = _with(_with(_books(), "equal_weight.beta", float("nan")), "capped", None)
+    assert _load(_rung_files(tmp_path / "ok", books=nan)).ok
