@@ -75,3 +75,89 @@ def test_score_and_eval_json_on_a_smoke_panel(tmp_path, capsys, root):
     report = json.loads(capsys.readouterr().out)
     assert report["canonical"] == "ts_mean(close, 5)" and report["lookback"] == 4 and out.is_file()
     assert main(["score", *common]) == 2                                  # neither a formula nor --answer
+
+
+class _ParseOnlyVerifier:
+    """Stands in for the verifier of `alphagym score` without a panel: a card valid when the formula parses
+    (every channel 0), invalid with the parser's reason otherwise. Records the texts it was given."""
+
+    def __init__(self) -> None:
+        self.texts: list[tuple[str, bool]] = []
+
+    def score(self, text, answer=False):
+        from types import SimpleNamespace
+
+        from alphagym.dsl.answer import extract
+        from alphagym.dsl.errors import DslError
+        from alphagym.dsl.parser import parse
+        from alphagym.verifier.channels import CHANNELS
+
+        self.texts.append((text, answer))
+        try:
+            parse(extract(text) if answer else text)
+            error = None
+        except DslError as exc:
+            error = exc
+        card = {"valid": error is None, "reason": str(error) if error else None,
+                "error_type": getattr(error, "rule", None), "formula": text, "canonical": None,
+                "channels": dict.fromkeys(CHANNELS, 0.0), "metrics": {}, "skipped": {}, "timings_ms": {}}
+        return SimpleNamespace(valid=card["valid"], to_json=lambda: dict(card))
+
+
+def _score(monkeypatch, root, *argv):
+    """`alphagym score ARGV` scored by `_ParseOnlyVerifier`: (exit code, verifier)."""
+    import alphagym.verifier.loading
+
+    verifier = _ParseOnlyVerifier()
+    monkeypatch.setattr(alphagym.verifier.loading, "load_verifier", lambda params, window: (verifier, None))
+    code = main(["score", *argv, "--no-server", "--params", str(root / "params.yaml"),
+                 "--set", "tracking.enabled=false"])
+    return code, verifier
+
+
+def test_a_formula_starting_with_minus_is_a_formula_not_an_option(monkeypatch, capsys, root):
+    """Many Alpha101 formulas start with '-': `alphagym score '-rank(close)'` scores it (argparse alone reads
+    it as an unknown option), wherever it stands among the options; so does `eval`."""
+    import json
+
+    for argv in (["-rank(close)", "--json"], ["--json", "-rank(close)"], ["-close", "--json"]):
+        code, verifier = _score(monkeypatch, root, *argv)
+        out = capsys.readouterr()
+        assert code == 0, out.err
+        assert verifier.texts == [(next(a for a in argv if a != "--json"), False)]
+        assert json.loads(out.out)["valid"] is True
+    assert build_parser().parse_args(["eval", "-rank(volume)", "--json"]).formula == "-rank(volume)"
+    assert build_parser().parse_args(["score", "--answer", "-x", "--json"]).answer == "-x"
+
+
+def test_score_of_an_invalid_formula_prints_its_card_and_exits_2(monkeypatch, capsys, root):
+    """An invalid formula is the user's error: the card (with the reason) is printed, the exit status is 2,
+    and `alphagym score --help` says so. A raw model answer (`--answer`) is scored whatever it holds: an
+    invalid one is a score (its penalties), exit 0."""
+    import json
+
+    code, _ = _score(monkeypatch, root, "rank(close", "--json")
+    card = json.loads(capsys.readouterr().out)
+    assert code == 2 and card["valid"] is False and card["error_type"] == "syntax"
+    code, _ = _score(monkeypatch, root, "rank(close")
+    out = capsys.readouterr().out
+    assert code == 2 and "invalid" in out and "missing ')'" in " ".join(out.split())
+    assert _score(monkeypatch, root, "rank(close)")[0] == 0
+    capsys.readouterr()
+    assert _score(monkeypatch, root, "--answer", "<alpha>rank(close</alpha>", "--json")[0] == 0
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices["score"]
+    assert "exits 2 when the formula is invalid" in " ".join(sub.format_help().split())
+
+
+def test_ctrl_c_in_a_stage_is_one_line_and_exit_130(monkeypatch, capsys, root):
+    """Ctrl-C during a stage (`alphagym train` mid-run) prints one line, no traceback, and exits 130 as a
+    shell's interrupted command does; the stage runner has removed its staging by then, and a rerun resumes."""
+    import alphagym.stages
+
+    def interrupted(params, key):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(alphagym.stages, "run_stage", interrupted)
+    code = main(["briefs", "--params", str(root / "params.yaml"), "--set", "tracking.enabled=false"])
+    err = capsys.readouterr().err
+    assert code == 130 and err == "alphagym briefs: interrupted; rerun the same command to resume\n"

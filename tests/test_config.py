@@ -99,6 +99,32 @@ def test_bad_value_in_an_unselected_profile_fails_too(root, tmp_path):
         load_params(tmp_path / "params.yaml")
 
 
+def test_a_bad_value_in_the_base_block_is_named_as_the_base_not_a_profile(root, tmp_path):
+    """The base block is validated before any profile: its error names the base block, even when the selected
+    profile overrides the key (smoke sets rl.recipe.steps) and another profile does not; a profile's own
+    error still names that profile."""
+    text = (root / "params.yaml").read_text()
+    assert text.count("\n    steps: 600\n") == 1
+    (tmp_path / "params.yaml").write_text(text.replace("\n    steps: 600\n", "\n    steps: -5\n"))
+    for profile in (["profile=smoke"], ["profile=real"], []):
+        with pytest.raises(ConfigError) as err:
+            load_params(tmp_path / "params.yaml", profile)
+        message = str(err.value)
+        assert message.startswith(f"{tmp_path / 'params.yaml'}") and "rl.recipe.steps = -5" in message, message
+        assert "profile '" not in message.splitlines()[0], message
+        if profile:
+            assert message.startswith(f"{tmp_path / 'params.yaml'} (base block): invalid parameters:"), message
+    (tmp_path / "params.yaml").write_text(text.replace("recipe: {steps: 200}}\n    verifier:",
+                                                       "recipe: {steps: -7}}\n    verifier:"))
+    with pytest.raises(ConfigError, match=r"params.yaml \(profile 'envb'\): invalid parameters:\n  "
+                                          r"rl.recipe.steps = -7"):
+        load_params(tmp_path / "params.yaml", ["profile=smoke"])
+    # a bad `--set` is not the file's base block: it is named with the profile it was given with
+    with pytest.raises(ConfigError, match=r"params.yaml \(profile 'smoke'\): invalid parameters:\n  "
+                                          r"rl.recipe.lr = -1"):
+        load_params(root / "params.yaml", ["profile=smoke", "rl.recipe.lr=-1"])
+
+
 def test_unknown_key_in_the_file_is_named(root, tmp_path):
     text = (root / "params.yaml").read_text().replace("  workers: 1", "  workers: 1\n  wokers: 2")
     (tmp_path / "params.yaml").write_text(text)
@@ -156,3 +182,37 @@ def test_one_resolver_gives_a_ladder_member_its_recipe_seed_threads_and_cost(roo
     assert replica.recipe == base.recipe == p.rl.recipe_of("cispo_repo_dora")
     assert base.recipe.adapter == "dora" and base.cost == base.recipe.steps * DORA_STEP_COST
     assert base.threads == rung_threads(p, "cispo_repo_dora-s2") == 3
+
+
+# pydantic's lax mode read a bool as a number (True -> 1) and 1 as a bool: every int, bool and float is strict
+STRICT_VALUES = [
+    ("seed=true", "seed = True", "valid integer"),
+    ("rl.recipe.steps=true", "rl.recipe.steps = True", "valid integer"),
+    ("verifier.cpcv.blocks=6.0", "verifier.cpcv.blocks = 6.0", "valid integer"),
+    ("dsl.window_buckets=[5, true]", "dsl.window_buckets.1 = True", "valid integer"),
+    ("tracking.enabled=1", "tracking.enabled = 1", "valid boolean"),
+    ("rl.recipe.repo.enabled=0", "rl.recipe.repo.enabled = 0", "valid boolean"),
+    ("worldmodel.lr=true", "worldmodel.lr = True", "valid number"),
+]
+
+
+@pytest.mark.parametrize("override, key, allowed", STRICT_VALUES, ids=[s[0] for s in STRICT_VALUES])
+def test_a_bool_is_not_a_number_nor_a_number_a_bool(root, override, key, allowed):
+    with pytest.raises(ConfigError) as err:
+        load_params(root / "params.yaml", [override])
+    message = str(err.value)
+    assert f"\n  {key}: " in message and allowed in message, message
+
+
+def test_a_float_still_takes_an_int_and_every_profile_loads(root):
+    import yaml
+
+    p = load_params(root / "params.yaml", ["worldmodel.lr=1", "verifier.costs.train.fee_bps=5"])
+    assert p.worldmodel.lr == 1.0 and isinstance(p.worldmodel.lr, float)
+    assert isinstance(p.verifier.costs.train.fee_bps, float)
+    names = list(yaml.safe_load((root / "params.yaml").read_text())["profiles"])
+    for name in ["default", *names]:
+        assert load_params(root / "params.yaml", [f"profile={name}"]).profile == name
+    with pytest.raises(ConfigError, match=r"(?s)rung 'cispo_repo': its recipe does not validate.*steps.*valid "
+                                          r"integer"):                        # a rung's recipe: strict too
+        load_params(root / "params.yaml", ["rl.rungs.cispo_repo.set={steps: true}"])

@@ -72,6 +72,10 @@ def test_aliases_case_and_paper_spellings():
     ("IndClass.sector", ParseError, "only allowed as the second argument", 0),
     ("indneutralize(close, IndClass.country)", ParseError, "IndClass.{sector", 21),
     ("close ? open", ParseError, "expected ':'", 12),
+    # a formula cut short inside a call names the missing ')' and the call it closes, not a ','
+    ("rank(close", ParseError, "missing ')' to close rank( opened at position 0", 10),
+    ("ts_mean(close, 5", ParseError, "missing ')' to close ts_mean( opened at position 0", 16),
+    ("abs(rank(close)", ParseError, "missing ')' to close abs( opened at position 0", 15),
 ])
 def test_errors_are_typed_and_positioned(text, error, fragment, pos):
     with pytest.raises(error) as info:

@@ -339,7 +339,8 @@ def _altered(path: Path, text: str | bytes):
 
 def test_books_and_report_refuse_damaged_or_inconsistent_probe_outputs(ladder):
     """A shipped step that is not among the checkpoints, answers without the `valid` column, and a books file
-    cut short are typed errors naming the file; the failed stage leaves no output behind."""
+    cut short are typed errors naming the file; a stage that failed once started leaves no output behind, and
+    one whose input is cut short stops before it starts, leaving the last run's outputs as they were."""
     params, table = ladder
     if not Path(table["probe@cispo_repo"].outs["summary"]).exists():
         run_stage(params, "probe@cispo_repo")
@@ -358,10 +359,13 @@ def test_books_and_report_refuse_damaged_or_inconsistent_probe_outputs(ladder):
     run_stage(params, "books@cispo_repo")
     _train_outputs(table)
     books = Path(books_outs["books"])
+    report = Path(table["report"].outs["report"])
+    before = report.read_bytes() if report.exists() else None
     with _altered(books, books.read_bytes()[:-20]):
-        with pytest.raises(DataError, match=r"not valid JSON.*books.json"):
+        with pytest.raises(DataError, match=r"stage 'report' cannot read its input 'books@cispo_repo' .*not valid "
+                                            r"JSON.*books.json"):
             run_stage(params, "report")
-        assert not Path(table["report"].outs["report"]).exists()
+        assert (report.read_bytes() if report.exists() else None) == before
 
 
 def test_the_probe_run_carries_the_shipped_checkpoint_for_the_mlflow_comparison(ladder, tmp_path):

@@ -124,3 +124,120 @@ def test_the_check_table_names_the_check_compliance_is_lost_on():
     rows = check_rows([new, old])
     assert [(r["rung"], r["checkpoint"]) for r in rows] == [("a", "step 0"), ("a", "shipped (200)")]
     assert rows[1]["compliance_horizon"] == 0.3 and rows[1]["compliance_mechanism"] == 1.0
+
+
+BOOK = {"answers": 3.0, "return": 0.05, "sharpe": 0.8, "max_drawdown": -0.1, "beta": 0.1, "market_corr": 0.2,
+        "market_return": 0.1, "market_sharpe": 1.0, "market_max_drawdown": -0.2, "down_days": 12.0,
+        "book_mean_on_down_days": 0.001, "market_mean_on_down_days": -0.02, "mean_pairwise_corr": 0.3,
+        "effective_bets": 2.1}
+
+
+def _books(step: int = 2) -> dict:
+    """books.json as the books stage writes it (every key the report reads)."""
+    answer = {"formula": "rank(volume)", "canonical": "rank(volume)", "brief": "h1", "count": 3, "train_cpcv": 0.4,
+              "train_turnover": 0.2, "holdout_score": 0.1, "holdout_sharpe": 0.5, "holdout_return": 0.02}
+    return {"rung": "a", "shipped_step": step, "answers": [answer], "market": dict(BOOK), "equal_weight": dict(BOOK),
+            "capped": dict(BOOK), "capped_members": ["rank(volume)"], "archive": dict(BOOK),
+            "archive_members": ["rank(volume)"], "archive_pool": 7}
+
+
+def _rung_files(tmp_path, probe_step: int = 2, books: dict | None = None) -> dict:
+    """The files of one finished rung `a` (two steps, checkpoints 0, 2 and 4), as `load_rung` reads them."""
+    import json
+
+    from alphagym.artifacts import write_parquet
+
+    f = {role: tmp_path / name for role, name in (
+        ("log", "log.jsonl"), ("train", "summary.json"), ("checkpoints", "checkpoints"), ("answers", "answers.parquet"),
+        ("table", "checkpoints.parquet"), ("probe", "probe.json"), ("books", "books.json"), ("daily", "daily.parquet"))}
+    tmp_path.mkdir(parents=True)
+    f["log"].write_text("".join(json.dumps({"step": s, "reward": 0.0}) + "\n" for s in (1, 2)))
+    f["train"].write_text(json.dumps({"steps": 2}))
+    f["checkpoints"].mkdir()
+    write_parquet(pd.DataFrame({"step": [0, 2, 4], "valid": [1, 2, 3], "formula": ["rank(volume)"] * 3}), f["answers"])
+    write_parquet(pd.DataFrame({"step": [0, 2, 4], "shipped": [s == probe_step for s in (0, 2, 4)]}), f["table"])
+    f["probe"].write_text(json.dumps({"shipped_step": probe_step}))
+    f["books"].write_text(json.dumps(_books(probe_step) if books is None else books))
+    write_parquet(pd.DataFrame({"date": pd.to_datetime(["2026-01-02", "2026-01-05"]), "market": [0.01, -0.02]}),
+                  f["daily"])
+    return f
+
+
+def _load(files):
+    from alphagym.params import Rung
+    from alphagym.report.build import load_rung
+
+    return load_rung("a", files, {"a": Rung(parent="sft", change="c", set={})})
+
+
+def test_a_books_file_of_another_step_is_named_as_such_not_as_a_missing_checkpoint(tmp_path):
+    """The probe ships step 0 (among its checkpoints 0, 2, 4) and the books are of step 2: the error says
+    that, instead of "step 0 is not among [0, 2, 4]"; a shipped step that is not among the checkpoints says
+    that one."""
+    from alphagym.errors import ArtifactError
+
+    assert _load(_rung_files(tmp_path / "ok")).ok
+    with pytest.raises(ArtifactError) as err:
+        _load(_rung_files(tmp_path / "other", probe_step=0, books=_books(2)))
+    message = str(err.value)
+    assert "not among" not in message, message
+    assert "the books" in message and "are of step 2" in message and "ships step 0" in message, message
+    files = _rung_files(tmp_path / "missing", probe_step=2)
+    files["probe"].write_text('{"shipped_step": 6}')
+    with pytest.raises(ArtifactError, match=r"ships step 6, which is not among its checkpoints \[0, 2, 4\]"):
+        _load(files)
+
+
+def _without(d: dict, dotted: str) -> dict:
+    import copy
+
+    out = copy.deepcopy(d)
+    *parents, last = dotted.split(".")
+    node = out
+    for p in parents:
+        node = node[p]
+    del node[last]
+    return out
+
+
+def _with(d: dict, dotted: str, value) -> dict:
+    import copy
+
+    out = copy.deepcopy(d)
+    *parents, last = dotted.split(".")
+    node = out
+    for p in parents:
+        node = node[int(p)] if isinstance(node, list) else node[p]
+    node[last] = value
+    return out
+
+
+BAD_BOOKS = [
+    (_with(_books(), "capped.sharpe", "high"), "capped.sharpe is 'high', not a number"),
+    (_without(_books(), "equal_weight.beta"), "equal_weight.beta is missing"),
+    (_without(_books(), "equal_weight.market_return"), "equal_weight.market_return is missing"),
+    (_with(_books(), "archive.effective_bets", None), "archive.effective_bets is None, not a number"),
+    (_with(_books(), "equal_weight.return", True), "equal_weight.return is True, not a number"),
+    (_with(_books(), "capped", [1, 2]), "capped is neither null nor an object"),
+    (_without(_books(), "archive"), "archive is missing"),
+    (_with(_books(), "shipped_step", 2.0), "shipped_step is 2.0, not a step (an integer)"),
+    (_with(_books(), "answers.0.holdout_sharpe", "n/a"), "answers[0].holdout_sharpe is 'n/a', not a number"),
+    (_with(_books(), "answers.0.formula", 3), "answers[0].formula is 3, not a formula (a string)"),
+    (_with(_books(), "answers", {}), "answers is not a list"),
+    (_with(_books(), "archive_pool", "7"), "archive_pool is '7', not a count"),
+]
+
+
+@pytest.mark.parametrize("books, message", BAD_BOOKS, ids=[m.split(" is ")[0] for _, m in BAD_BOOKS])
+def test_every_key_the_report_reads_from_books_is_checked(tmp_path, books, message):
+    """A books.json that parses but holds a wrong type, or lacks a key the report reads, is an error naming
+    the file and the key, not a report that exits 0 with "sharpe": "high" in it. A book of no answers is
+    null, and NaN metrics are numbers (the books stage writes both)."""
+    from alphagym.errors import ArtifactError
+
+    files = _rung_files(tmp_path / "r", books=books)
+    with pytest.raises(ArtifactError) as err:
+        _load(files)
+    assert message in str(err.value) and f"(file {files['books']})" in str(err.value), str(err.value)
+    nan = _with(_with(_books(), "equal_weight.beta", float("nan")), "capped", None)
+    assert _load(_rung_files(tmp_path / "ok", books=nan)).ok

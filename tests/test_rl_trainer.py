@@ -143,6 +143,41 @@ def test_killed_run_resumes_with_the_same_continuation(sft_state, tmp_path):
             torch.testing.assert_close(v, weights[k], rtol=0, atol=0)
 
 
+def test_every_logged_step_is_an_int_before_and_after_a_resume(tmp_path, monkeypatch):
+    """The train stage rewrites a resumed rung's log.jsonl from the trainer's history: its steps are ints
+    (`"step": 3`, as the lines logged live), for a history this trainer saved and for one saved as floats.
+    The steps themselves are stubbed: what is checked is the bookkeeping around them."""
+    from alphagym.artifacts import read_torch
+    from alphagym.rl.trainer import STATE
+
+    cfg = {"threads": 1, "max_new_tokens": 24, "micro_batch": 32, "adapter": ADAPTER, "tiny": TINY}
+    pol = build_policy("tiny", policy_cfg(cfg), [b["text"] for b in BRIEFS] + VOLUME + PRICE, seed=0)
+    pol.model = wrap_adapter(pol.model, Adapter(**ADAPTER), "lora")
+    monkeypatch.setattr(Trainer, "train_step",
+                        lambda self, step: {"reward": 0.5, "core_score/mean": 0.0, "frac_invalid": 0.0})
+    work = tmp_path / "work"
+
+    def lines(history):                            # as rl/stage.py writes log.jsonl on a resume
+        return [json.loads(json.dumps(h, sort_keys=True)) for h in history]
+
+    first = Trainer(_fresh(pol), VolumeEnv(), BRIEFS, _recipe(steps=2, checkpoint_every=2), seed=3, work=work)
+    assert [type(r["step"]) for r in lines(first.train())] == [int, int]
+    resumed = Trainer(_fresh(pol), VolumeEnv(), BRIEFS, _recipe(steps=4, checkpoint_every=2), seed=3, work=work)
+    resumed.load_checkpoint(work / "checkpoint-000002")
+    assert [(r["step"], type(r["step"])) for r in lines(resumed.history)] == [(1, int), (2, int)]
+    assert [(r["step"], type(r["step"])) for r in lines(resumed.train())] == [(s, int) for s in (1, 2, 3, 4)]
+
+    # a checkpoint whose history holds float steps (as saved before): read back as ints
+    ckpt = work / "checkpoint-000002"
+    state = read_torch(ckpt / STATE)
+    state["history"] = [{**h, "step": float(h["step"])} for h in state["history"]]
+    torch.save(state, ckpt / STATE)
+    write_manifest(ckpt)
+    again = Trainer(_fresh(pol), VolumeEnv(), BRIEFS, _recipe(steps=4, checkpoint_every=2), seed=3, work=work)
+    again.load_checkpoint(ckpt)
+    assert [(r["step"], type(r["step"])) for r in lines(again.history)] == [(1, int), (2, int)]
+
+
 def test_checkpoint_of_another_base_model_is_refused(sft_state, tmp_path):
     tr = Trainer(_fresh(sft_state), VolumeEnv(), BRIEFS, _recipe(steps=1, checkpoint_every=1), seed=0,
                  work=tmp_path)

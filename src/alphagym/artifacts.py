@@ -40,12 +40,15 @@ def read_json(path: str | Path, *, keys: Iterable[str] = (), what: str = "JSON f
     """A JSON object as Python writes it (NaN allowed: the stages' metrics can be NaN); `keys` must all be
     present."""
     path = Path(path)
+    return _mapping(path, _json_value(path, what), keys, what, "a JSON object")
+
+
+def _json_value(path: Path, what: str) -> Any:
     _exists(path, what)
     try:
-        value = json.loads(path.read_bytes().decode("utf-8"))
+        return json.loads(path.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ArtifactError(path, f"{what} is not valid JSON (truncated or garbled?): {exc}") from None
-    return _mapping(path, value, keys, what, "a JSON object")
 
 
 def _mapping(path: Path, value: Any, keys: Iterable[str], what: str, kind: str) -> dict[str, Any]:
@@ -155,6 +158,40 @@ def read_torch(path: str | Path, *, keys: Iterable[str] = (), what: str = "torch
         raise ArtifactError(path, f"{what} cannot be read (truncated or garbled?): {type(exc).__name__}: "
                                   f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
     return _mapping(path, state, keys, what, "a mapping")
+
+
+def check_readable(path: str | Path, *, what: str | None = None) -> None:
+    """A cheap check, by the file's suffix, that a stored file can be read at all: JSON and JSON lines parse,
+    a parquet file's footer (its schema and row groups) reads, an npz file opens as a zip. A file cut short
+    fails it; a garbled byte inside a parquet page or an npz member is left to the full read. A folder, or a
+    file of another format, passes. Raises the ArtifactError the full reader would."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    kinds = {".json": "JSON file", ".jsonl": "JSON-lines file", ".parquet": "parquet file", ".npz": "npz file"}
+    if path.is_dir() or suffix not in kinds:
+        return
+    what = what or kinds[suffix]
+    _exists(path, what)
+    if suffix == ".json":
+        _json_value(path, what)
+    elif suffix == ".jsonl":
+        read_jsonl(path, what=what)
+    elif suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            pq.read_metadata(path)
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise ArtifactError(path, f"{what} cannot be read (truncated or garbled?): {type(exc).__name__}: "
+                                      f"{exc}") from None
+    else:
+        try:
+            with zipfile.ZipFile(path) as z:
+                z.namelist()
+        except (OSError, zipfile.BadZipFile, ValueError) as exc:
+            raise ArtifactError(path, f"{what} cannot be read (truncated or garbled?): {type(exc).__name__}: "
+                                      f"{exc}") from None
 
 
 def sha256(path: Path) -> str:

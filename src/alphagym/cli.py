@@ -8,6 +8,7 @@ This module only parses arguments and prints; the work happens in the areas.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -174,15 +175,17 @@ def cmd_score(args: argparse.Namespace) -> int:
         if served is None and args.server_note is None and not (args.plot or args.no_server) \
                 and os.environ.get(AUTOSERVE_ENV, "1") != "0":
             shown = _start_server(args)
+    # an invalid FORMULA is the user's to fix (exit 2, after its card); an invalid raw answer is a score
+    code = 2 if not (answer or out["valid"]) else 0
     if args.json:                          # stdout stays the card alone, wherever it was scored
         if note:
             out["note"] = note
         if shown:
             print(f"alphagym score: note: {shown}", file=sys.stderr)
         print(json.dumps(out, indent=1))
-        return 0
+        return code
     _print_card(out, text, params.verifier.priorities, "; ".join(n for n in (note, shown) if n))
-    return 0
+    return code
 
 
 AUTOSERVE_ENV = "ALPHAGYM_SCORE_AUTOSERVE"    # "0": `alphagym score` never starts a server by itself
@@ -275,11 +278,30 @@ def _print_card(card: dict[str, Any], text: str, priorities: Priorities, note: s
 
 # --- parser -----------------------------------------------------------------------------------------------
 
+class _ArgumentParser(argparse.ArgumentParser):
+    """Reads an argument that starts with one '-' and is not an option of the command as an argument: many
+    Alpha101 formulas start with '-' (`alphagym score '-rank(close)'`), and every option here but -h is
+    long (`--json`), so such a string can only be a formula (or an option's value: `--answer -x`)."""
+
+    def _parse_optional(self, arg_string: str) -> Any:
+        if arg_string[:1] == "-" and arg_string[1:2] not in ("", "-") \
+                and arg_string not in self._option_string_actions:
+            return None
+        return super()._parse_optional(arg_string)
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--params", default="params.yaml", help="parameters file (default: params.yaml)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a parameter, e.g. --set data.source=csv (repeatable)")
 
+
+EPILOGS = {
+    "score": "Exit status: 0 when the formula is valid; the command exits 2 when the formula is invalid (its card, "
+             "with the reason, is printed first) and on a user error (a bad parameter, no panel). A raw answer "
+             "(--answer) is scored whatever it holds: an invalid one is a score (its penalties), exit 0. A formula "
+             "may start with '-' (alphagym score '-rank(close)').",
+}
 
 TOOLS: list[tuple[str, str, Callable[[argparse.Namespace], int]]] = [
     ("dag", "show the stage table, or write dvc.yaml from it", cmd_dag),
@@ -295,7 +317,7 @@ TOOLS: list[tuple[str, str, Callable[[argparse.Namespace], int]]] = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="alphagym", description=__doc__.splitlines()[0])
+    parser = _ArgumentParser(prog="alphagym", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     from alphagym.pipeline import table_rows
 
@@ -309,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.set_defaults(family_option=row.family.wildcard)
     subs = {}
     for name, help_text, fn in TOOLS:
-        p = sub.add_parser(name, help="tool: " + help_text, description=help_text)
+        p = sub.add_parser(name, help="tool: " + help_text, description=help_text, epilog=EPILOGS.get(name))
         _add_common(p)
         p.set_defaults(func=fn)
         subs[name] = p
@@ -364,9 +386,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AlphagymError as exc:
         print(f"alphagym {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:        # Ctrl-C: the stage runner has unwound (staging removed, MLflow run ended)
+        again = "; rerun the same command to resume" if args.func is cmd_stage else ""
+        print(f"alphagym {args.command}: interrupted{again}", file=sys.stderr)
+        return 130                   # 128 + SIGINT, as a shell reports an interrupted command
     except BrokenPipeError:          # output piped into `head` and closed early: not an error
         sys.stderr.close()
         return 0
+    except OSError as exc:           # the system refused a file (read-only, no permission, disk full): the
+        if exc.errno not in _REFUSED:  # user's to fix, so one line; any other OSError is a bug: its traceback
+            raise
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"alphagym {args.command}: error: {exc.strerror}{where}", file=sys.stderr)
+        return 2
+
+
+_REFUSED = {errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT}
 
 
 if __name__ == "__main__":

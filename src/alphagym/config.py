@@ -111,8 +111,10 @@ def load_params(path: str | Path = DEFAULT_PARAMS, overrides: Iterable[str] = ()
     """Read params, apply overrides, merge `profiles[profile]` over the result, validate.
 
     Overrides are applied twice: before (so `--set profile=real` selects the profile) and after the
-    profile merge (so a `--set` always wins over the profile's value). Every profile is validated too, so
-    a typo in one that is not selected still fails at once.
+    profile merge (so a `--set` always wins over the profile's value). The file's base block is validated
+    first, so a bad value there is named as the base's, not as the first profile's that does not override
+    it; then the selected profile with the overrides, then every other one, so a typo in one that is not
+    selected still fails at once, naming it.
     """
     path = Path(path)
     if not path.is_file():
@@ -133,6 +135,9 @@ def load_params(path: str | Path = DEFAULT_PARAMS, overrides: Iterable[str] = ()
         raise ConfigError(f"{path}: profile {name!r} not defined (known: {sorted(profiles)})")
     base = params
     if name not in ("default", None):
+        # the block as the file holds it: a bad `--set` is named with the profile it was given with
+        validate({**{k: v for k, v in raw.items() if k != "profiles"}, "profile": "default"},
+                 f"{path} (base block)")
         params = _own_results(deep_merge(params, profiles[name]), profiles[name], name)
         params = apply_overrides(params, overrides, source=str(path))
     params["profile"] = name or "default"

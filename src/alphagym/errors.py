@@ -54,3 +54,8 @@ class ResumeError(PolicyError):
 
 class StageBusyError(AlphagymError):
     """Another process is running the same stage on the same results folder; names its pid."""
+
+
+class WriteError(AlphagymError):
+    """A folder or file alphagym must write cannot be written (a read-only file system, no permission, a full
+    disk); names the path, the system's reason and what to do."""

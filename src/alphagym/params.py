@@ -18,7 +18,8 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, field_validator, model_validator
+from pydantic_core import CoreSchema
 
 from alphagym.rungs import recipe_of
 
@@ -28,10 +29,34 @@ PosInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
 
 
+def _strict_scalars(schema: Any) -> None:
+    """Mark every int, bool and float schema inside a section's core schema strict (pydantic's `Strict()`)."""
+    if isinstance(schema, dict):
+        if schema.get("type") in ("int", "bool", "float"):
+            schema["strict"] = True
+        for value in schema.values():
+            _strict_scalars(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            _strict_scalars(value)
+
+
 class Section(BaseModel):
-    """A block of params: frozen, no unknown keys, no NaN or infinity, readable like a mapping."""
+    """A block of params: frozen, no unknown keys, no NaN or infinity, strict numbers and bools, readable like
+    a mapping.
+
+    Strict: every int, bool and float in a section (in a list, a mapping or an optional too) takes only its
+    own kind, so `steps: true` or `--set seed=true` is an error, not 1, and `enabled: 1` is an error, not
+    True; an int field refuses 6.0 and "6". A float still takes an int (`lr: 1` is 1.0). pydantic's lax mode
+    would convert all of these silently. Set here, once, for every section and every field added later."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, validate_default=True)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        schema = handler(source)
+        _strict_scalars(schema)
+        return schema
 
     def __getitem__(self, key: str) -> Any:
         if key not in type(self).model_fields:

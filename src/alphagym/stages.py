@@ -5,9 +5,13 @@ the keys its row declares, `deps` and `outs` map roles to paths, `run` logs to M
 summary for the CLI to print. Stage functions live in each area's `stage.py`.
 
 Outputs are all-or-nothing. The stage's previous outputs are removed before it starts, so a stage that
-fails (or is killed) leaves none, and nothing downstream can run on stale files. The stage writes into a
-staging folder of its own (unique per run, inside the results folder), and its outputs are moved to the
-paths of the stage table only once the function has returned and every declared output exists.
+fails (or is killed) leaves none, and nothing downstream can run on stale files. Before that, each input is
+checked to exist and to be readable (`artifacts.check_readable`: a file cut short is found by its format): a
+stage whose input is missing or damaged stops at once, naming it, with its previous outputs untouched (it has
+not started, and its input's producer must run again first, which makes those outputs out of date anyway).
+The stage writes into a staging folder of its own (unique per run, inside the results folder), and its
+outputs are moved to the paths of the stage table only once the function has returned and every declared
+output exists.
 A stage with a `work` folder (RL rungs) keeps its resumable state there across runs; it is handed to the
 stage among its outputs, is not removed here, and the stage empties it once it has finished.
 
@@ -30,8 +34,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from alphagym.artifacts import check_readable
 from alphagym.config import ParamsView, get, results_dir
-from alphagym.errors import ConfigError, DataError, StageBusyError
+from alphagym.errors import ArtifactError, ConfigError, DataError, StageBusyError, WriteError
 from alphagym.pipeline import RUNGS, Stage, stage_table
 from alphagym.runtime import configure_runtime
 from alphagym.tracking import stage_run
@@ -60,6 +65,15 @@ def run_stage(params: Mapping[str, Any], key: str, rows: list[Stage] | None = No
         if not Path(path).exists():
             hint = f"; run `alphagym {producer[path].command}` first" if path in producer else ""
             raise DataError("missing_input", f"stage {key!r} needs its input {role!r}, not found{hint}", file=path)
+    for role, path in stage.deps.items():
+        if not Path(path).exists():
+            continue              # a gathered family member's missing file: the stage reports it
+        try:
+            check_readable(path)
+        except ArtifactError as exc:
+            hint = f"; rerun `alphagym {producer[path].command}`" if path in producer else ""
+            raise ArtifactError(path, f"stage {key!r} cannot read its input {role!r} ({exc.detail}); its outputs of "
+                                      f"the last run are kept{hint}", rule=exc.rule) from None
     root = results_dir(params)
     with stage_lock(root, key):
         return _run_locked(params, key, stage, root, reads)
@@ -70,9 +84,12 @@ def _run_locked(params: Mapping[str, Any], key: str, stage: Stage, root: Path, r
     for path in stage.outs.values():
         _remove(Path(path))
     staging_root = root / ".staging"
-    staging_root.mkdir(parents=True, exist_ok=True)
-    sweep_staging(root, held=_safe(key))
-    staging = Path(tempfile.mkdtemp(prefix=f"{_safe(key)}.", dir=staging_root))
+    try:
+        staging_root.mkdir(parents=True, exist_ok=True)
+        sweep_staging(root, held=_safe(key))
+        staging = Path(tempfile.mkdtemp(prefix=f"{_safe(key)}.", dir=staging_root))
+    except OSError as exc:
+        raise _unwritable(root, exc) from None
     staged = {role: staging / role / Path(p).name for role, p in stage.outs.items()}
     for role, p in staged.items():
         (p if role in stage.directories else p.parent).mkdir(parents=True)
@@ -106,11 +123,21 @@ def _safe(key: str) -> str:
     return key.replace("@", "_").replace("/", "_")
 
 
+def _unwritable(root: Path, exc: OSError) -> WriteError:
+    """The one-line error for a results folder the stage runner cannot write into (its locks, its staging)."""
+    where = f": {exc.filename}" if exc.filename else ""
+    return WriteError(f"the results folder {root} cannot be written ({exc.strerror or exc}{where}); make it "
+                      "writable, or point paths.results at a folder that is (--set paths.results=DIR)")
+
+
 def _lock(root: Path, name: str) -> Any:
     from filelock import FileLock
 
     locks = root / ".locks"
-    locks.mkdir(parents=True, exist_ok=True)
+    try:
+        locks.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _unwritable(root, exc) from None
     return FileLock(str(locks / f"{name}.lock"))
 
 
@@ -128,8 +155,13 @@ def stage_lock(root: Path, key: str, wait_s: float = 5.0) -> Iterator[None]:
         holder = pid_file.read_text().strip() if pid_file.is_file() else "unknown"
         raise StageBusyError(f"stage {key!r} is already running on the results folder {root} (pid {holder}); "
                              "wait for it to end, or stop it, before running it again") from None
+    except OSError as exc:                # the lock file cannot be created: .locks is read-only
+        raise _unwritable(root, exc) from None
     try:
-        pid_file.write_text(f"{os.getpid()}\n")
+        try:
+            pid_file.write_text(f"{os.getpid()}\n")
+        except OSError as exc:
+            raise _unwritable(root, exc) from None
         yield
     finally:
         lock.release()

@@ -255,6 +255,9 @@ class _Parser:
                     args.append((self.ternary(), start))
                 if self.accept(")"):
                     break
+                if self.tok.kind == "end":       # cut short: the ')' is what is missing, not a ','
+                    raise ParseError(f"missing ')' to close {tok.text}( opened at position {tok.pos}, found end "
+                                     "of formula", self.tok.pos, self.text)
                 self.expect(",", "between arguments")
                 if self.prefix and len(args) >= most:
                     raise self.arity(low, tok, len(args) + 1, f"at most {most}")

@@ -56,16 +56,77 @@ def load_rung(item: str, files: Mapping[str, Path], rungs: Mapping[str, Rung]) -
     res.table = read_parquet(files["table"], columns=("step", "shipped"), what="probe checkpoint table")
     res.answers = read_parquet(files["answers"], columns=("step", "valid", "formula"), what="probe answers")
     res.probe = read_json(files["probe"], keys=("shipped_step",), what="probe summary")
-    res.books = read_json(files["books"], keys=("shipped_step",), what="books")
+    res.books = check_books(files["books"], read_json(files["books"], what="books"), item)
     res.daily = read_parquet(files["daily"], columns=("date", "market"), what="daily book returns")
     res.checkpoints = Path(files["checkpoints"])
     shipped = res.probe["shipped_step"]
-    if shipped not in set(res.table["step"]) or res.books.get("shipped_step") != shipped:
-        raise ArtifactError(files["probe"], f"rung {item}: the shipped step {shipped!r} is not among the probe's "
-                                            f"checkpoints {sorted(res.table['step'])} in {files['table']}, or the "
-                                            f"books ({files['books']}) are of step {res.books.get('shipped_step')!r}; "
-                                            f"rerun the rung's probe and books")
+    steps = sorted(int(s) for s in res.table["step"])
+    # two checks, two messages: one "or" message read "step 0 is not among [0, 2, 4]" when the books differed
+    if not _is_int(shipped) or shipped not in steps:
+        raise ArtifactError(files["probe"], f"rung {item}: the probe ships step {shipped!r}, which is not among its "
+                                            f"checkpoints {steps} in {files['table']}; rerun the rung's probe")
+    if res.books["shipped_step"] != shipped:
+        raise ArtifactError(files["books"], f"rung {item}: the books are of step {res.books['shipped_step']!r}, the "
+                                            f"probe ({files['probe']}) ships step {shipped}; rerun the rung's books")
     return res
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+# what the report reads of books.json (`books.stage` writes it): each book's metrics (`book_metrics`; the
+# equal-weight book's market columns fill the market row), and each shipped answer's row
+BOOK_KEYS = ("answers", "return", "sharpe", "max_drawdown", "beta", "market_corr", "book_mean_on_down_days",
+             "mean_pairwise_corr", "effective_bets")
+MARKET_KEYS = ("market_return", "market_sharpe", "market_max_drawdown", "market_mean_on_down_days", "down_days")
+ANSWER_KEYS = ("count", "train_cpcv", "train_turnover", "holdout_score", "holdout_sharpe", "holdout_return")
+
+
+def check_books(path: str | Path, books: dict[str, Any], item: str) -> dict[str, Any]:
+    """`books` (a rung's books.json) if every key the report reads is there with its type: the shipped step
+    an integer, each book (equal weight, capped, archive) null or an object of numbers (NaN is a number: a
+    metric of a flat book), each answer a formula and numbers, the archive pool a count. Else an
+    ArtifactError naming the file and the key."""
+
+    def bad(key: str, why: str) -> ArtifactError:
+        return ArtifactError(path, f"books: {key} {why}; rerun `alphagym books --rung {item}`")
+
+    def need(node: dict[str, Any], key: str, name: str) -> Any:
+        if key not in node:
+            raise bad(name, "is missing")
+        return node[key]
+
+    def number(node: dict[str, Any], key: str, name: str) -> None:
+        v = need(node, key, name)
+        if not isinstance(v, int | float) or isinstance(v, bool):
+            raise bad(name, f"is {v!r}, not a number")
+
+    step = need(books, "shipped_step", "shipped_step")
+    if not _is_int(step):
+        raise bad("shipped_step", f"is {step!r}, not a step (an integer)")
+    answers = need(books, "answers", "answers")
+    if not isinstance(answers, list):
+        raise bad("answers", "is not a list")
+    for i, a in enumerate(answers):
+        if not isinstance(a, dict):
+            raise bad(f"answers[{i}]", "is not an object")
+        if not isinstance(need(a, "formula", f"answers[{i}].formula"), str):
+            raise bad(f"answers[{i}].formula", f"is {a['formula']!r}, not a formula (a string)")
+        for k in ANSWER_KEYS:
+            number(a, k, f"answers[{i}].{k}")
+    for name, keys in (("equal_weight", BOOK_KEYS + MARKET_KEYS), ("capped", BOOK_KEYS), ("archive", BOOK_KEYS)):
+        book = need(books, name, name)
+        if book is None:
+            continue                      # no answer valid on both windows, or none chosen: no book
+        if not isinstance(book, dict):
+            raise bad(name, "is neither null nor an object")
+        for k in keys:
+            number(book, k, f"{name}.{k}")
+    pool = need(books, "archive_pool", "archive_pool")
+    if not _is_int(pool) or pool < 0:
+        raise bad("archive_pool", f"is {pool!r}, not a count")
+    return books
 
 
 def read_training_log(path: str | Path, steps: int) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ from alphagym.params import Params, Rl
 from alphagym.report import plots
 from alphagym.report.build import (
     BET_TABLE_COLUMNS,
+    BOOK_KEYS,
     CHECK_COLUMNS,
     ROLES,
     RungResult,
@@ -66,8 +67,6 @@ CKPT_COLS = ("step", "shipped", "train_cpcv", "valid", "families", "families_pos
              "holdout_score", "holdout_valid", "holdout_book_return", "holdout_book_sharpe", "holdout_book_beta",
              "holdout_mean_abs_corr", "holdout_effective_bets", "capped_answers", "capped_holdout_sharpe",
              "capped_effective_bets", "planted_edges_expressed", "planted_edges", "decoy_trap_answers")
-BOOK_KEYS = ("answers", "return", "sharpe", "max_drawdown", "beta", "market_corr", "book_mean_on_down_days",
-             "mean_pairwise_corr", "effective_bets")
 
 
 def report(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:

@@ -90,7 +90,7 @@ class Trainer:
         self.clip_high = AdaptiveClip(recipe.epsilon_high, adapo.step, adapo.low, adapo.high, adapo.warmup)
         self.floor = None if recipe.advantage_floor == "off" else float(recipe.advantage_floor)
         self.step = 0
-        self.history: list[dict[str, float]] = []
+        self.history: list[dict[str, float]] = []      # one a step: its metrics and "step", an int
         self.context = to_builtin(context) if context else {}
         self.hash = config_hash(recipe, self.seed, base_fingerprint(policy.model), self.context)
 
@@ -254,7 +254,7 @@ class Trainer:
         for step in bar:
             m = self.train_step(step)
             self.step = step + 1
-            self.history.append({"step": float(self.step), **m})
+            self.history.append({"step": self.step, **m})
             self.log(m, self.step)
             if hasattr(bar, "set_postfix"):
                 bar.set_postfix(reward=f"{m['reward']:.2f}", core=f"{m['core_score/mean']:.2f}",
@@ -334,7 +334,9 @@ class Trainer:
         self.opt.load_state_dict(state["optimizer"])
         self.zeta = ZetaThermostat.from_state(state["zeta"])
         self.clip_high = AdaptiveClip.from_state(state["clip_high"])
-        self.step, self.history = int(state["step"]), list(state["history"])
+        # steps as ints, also in a history saved when they were stored as floats (the log is rewritten from it)
+        self.step = int(state["step"])
+        self.history = [{**h, "step": int(h["step"])} for h in state["history"]]
 
     def resume(self) -> tuple[Path | None, list[tuple[Path, str]]]:
         """Continue from the newest usable checkpoint in `work`: (its folder or None, [(skipped folder,
