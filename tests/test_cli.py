@@ -1,5 +1,8 @@
+import re
 import subprocess
 import sys
+
+import pytest
 
 from alphagym.cli import build_parser, main
 
@@ -161,3 +164,15 @@ def test_ctrl_c_in_a_stage_is_one_line_and_exit_130(monkeypatch, capsys, root):
     code = main(["briefs", "--params", str(root / "params.yaml"), "--set", "tracking.enabled=false"])
     err = capsys.readouterr().err
     assert code == 130 and err == "alphagym briefs: interrupted; rerun the same command to resume\n"
+
+
+def test_the_channel_count_said_is_the_registry_s(root, capsys):
+    """`alphagym --help` and the README name as many channels as the registry holds."""
+    from alphagym.verifier.channels import CHANNELS
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    said = re.findall(r"verifier's (\d+) channels", capsys.readouterr().out)
+    assert said == [str(len(CHANNELS))]
+    readme = re.findall(r"(\d+) reward channels", (root / "README.md").read_text())
+    assert readme and set(readme) == {str(len(CHANNELS))}

@@ -47,7 +47,7 @@ def _copy_workflow(root: Path, dest: Path, profile: str | None = None, ladder: l
         assert n == 1
     (dest / "params.yaml").write_text(text)
     if ladder:
-        (dest / "dvc.yaml").write_text(dvc_yaml(load_params(dest / "params.yaml")))
+        (dest / "dvc.yaml").write_text(dvc_yaml(load_params(dest / "params.yaml"), params_file=dest / "params.yaml"))
     return dest
 
 

@@ -40,7 +40,12 @@ def cmd_stage(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _exit_on_signal)
     key = args.stage if args.family_option is None else f"{args.stage}@{vars(args)[args.family_option]}"
-    summary = run_stage(_params(args), key)
+    params = _params(args)
+    if os.environ.get("DVC_STAGE") and os.environ.get("DVC_ROOT"):     # run by `dvc repro` / `dvc exp run`
+        from alphagym.pipeline import check_rendering
+
+        check_rendering(params, args.params, os.environ["DVC_ROOT"])
+    summary = run_stage(params, key)
     print(json.dumps(summary, indent=1, default=str))
     return 0
 
@@ -53,7 +58,7 @@ def cmd_dag(args: argparse.Namespace) -> int:
     params = _params(args)
     if args.write_dvc:
         target = Path(args.write_dvc)
-        target.write_text(dvc_yaml(params))
+        target.write_text(dvc_yaml(params, params_file=args.params))
         specs = target.parent / SPECS       # the params file its stages name, beside it
         specs.parent.mkdir(parents=True, exist_ok=True)
         specs.write_text(specs_yaml())
@@ -311,7 +316,8 @@ TOOLS: list[tuple[str, str, Callable[[argparse.Namespace], int]]] = [
     ("eval", "parse and evaluate one formula on a panel", cmd_eval),
     ("alpha101", "Kakushadze's 101 alphas: paper text, parse status, canonical form", cmd_alpha101),
     ("gates", "the world-model gate report as markdown tables (as in the README)", cmd_gates),
-    ("score", "score a formula (or a raw model answer) with the verifier's 12 channels", cmd_score),
+    ("score", f"score a formula (or a raw model answer) with the verifier's {len(Priorities.model_fields)} channels",
+     cmd_score),
     ("serve", "keep a warm scoring process that answers `alphagym score` in this folder", cmd_serve),
 ]
 

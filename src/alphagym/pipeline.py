@@ -390,34 +390,90 @@ def specs_yaml(rows: list[Stage] | None = None) -> str:
     return header + yaml.safe_dump({s.name: spec_hash(s) for s in rows}, sort_keys=False)
 
 
-def _dvc_body(s: Stage, profile: str) -> dict[str, Any]:
+def profile_block(params_file: str | Path, profile: str) -> dict[str, Any]:
+    """The block of `profiles.<profile>` as params.yaml holds it (the default profile has none)."""
+    from alphagym.config import yaml_load
+
+    if profile == "default":
+        return {}
+    raw = yaml_load(Path(params_file).read_text()) or {}
+    return dict((raw.get("profiles") or {}).get(profile) or {})
+
+
+def _profile_deps(s: Stage, profile: str, block: Mapping[str, Any], sentinel: bool) -> list[str]:
+    """The keys of the selected profile's block that a stage depends on under DVC. The first stage of the
+    table (the sentinel, seconds to run and deterministic) depends on the whole block, so any edit of it runs
+    that stage, whose command checks that dvc.yaml is still this rendering (`check_rendering`): a key the
+    block gains in a section it did not have is then an error that says to render again, not a stale stage.
+    Every other stage depends on the deepest part of the block on the path of each key it declares (the
+    section `profiles.smoke.rl` for `rl.rungs.${item.of}`), so a profile edit reruns the stages that read it."""
+    if profile == "default":
+        return []
+    if sentinel:
+        return [f"profiles.{profile}"]
+    out: list[str] = []
+    for key in s.params:
+        node: Any = block
+        path: list[str] = []
+        for part in key.split("."):
+            if "${" in part or not isinstance(node, Mapping) or part not in node:
+                break
+            node, path = node[part], [*path, part]
+        if path:
+            out.append(".".join(path))
+    kept = [k for k in dict.fromkeys(out) if not any(k.startswith(o + ".") for o in out)]
+    return [f"profiles.{profile}.{k}" for k in kept]
+
+
+def _dvc_body(s: Stage, profile: str, block: Mapping[str, Any], sentinel: bool) -> dict[str, Any]:
     body: dict[str, Any] = {"cmd": s.cmd}
     deps = list(s.deps.values()) + list(COMMON_CODE) + list(s.code)
     body["deps"] = deps
     # the selected profile's block changes the effective params; the default profile reads no profile block
-    body["params"] = ["profile", *([f"profiles.{profile}"] if profile != "default" else []), *s.params,
-                      {SPECS: [s.name]}]
+    body["params"] = ["profile", *_profile_deps(s, profile, block, sentinel), *s.params, {SPECS: [s.name]}]
     body["outs"] = [p for role, p in s.outs.items() if role not in s.metrics]
     if s.metrics:             # cached like every output: the remote carries what a downstream stage reads
         body["metrics"] = [s.outs[m] for m in s.metrics]
     return body
 
 
-def dvc_yaml(params: Mapping[str, Any], rows: list[Stage] | None = None) -> str:
+def dvc_yaml(params: Mapping[str, Any], rows: list[Stage] | None = None,
+             params_file: str | Path = "params.yaml") -> str:
+    """dvc.yaml for the selected profile of `params` (read from `params_file`, whose profile block it names)."""
     stages: dict[str, Any] = {}
     profile = str(params.get("profile", "default"))
-    for s in stage_rows(params, rows):
+    block = profile_block(params_file, profile)
+    for i, s in enumerate(stage_rows(params, rows)):
         if s.family is None:
-            stages[s.name] = _dvc_body(s, profile)
+            stages[s.name] = _dvc_body(s, profile, block, i == 0)
             continue
         members = _items(params, s.family)
         if s.family.replicas is None:
-            stages[s.name] = {"foreach": members, "do": _dvc_body(expand(s, "${item}"), profile)}
+            stages[s.name] = {"foreach": members, "do": _dvc_body(expand(s, "${item}"), profile, block, i == 0)}
         else:        # a dict: the member names the paths (${key}), the item it replicates the params
             stages[s.name] = {"foreach": {m: {"of": split_replica(m)[0]} for m in members},
-                              "do": _dvc_body(expand(s, "${key}", "${item.of}"), profile)}
+                              "do": _dvc_body(expand(s, "${key}", "${item.of}"), profile, block, i == 0)}
     header = "# Generated from src/alphagym/pipeline.py by `alphagym dag --write-dvc`; do not edit by hand.\n"
     return header + yaml.safe_dump({"stages": stages}, sort_keys=False, width=110)
+
+
+def check_rendering(params: Mapping[str, Any], params_file: str | Path, root: str | Path) -> None:
+    """Under DVC (a stage command `dvc repro` runs): refuse to run when the repository's dvc.yaml or
+    workflow/stage_specs.yaml is not what `alphagym dag --write-dvc` renders now from `params_file` for this
+    profile. DVC decides what to rerun from the rendered deps; a stale rendering (a profile block that gained
+    a section, a stage table or params.py edited without rendering) would let a stage that should rerun
+    keep its old outputs."""
+    from alphagym.errors import ConfigError
+
+    base = Path(root)
+    profile = str(params.get("profile", "default"))
+    how = "`alphagym dag --write-dvc dvc.yaml" + ("" if profile == "default" else f" --set profile={profile}") + "`"
+    for path, want in ((base / "dvc.yaml", dvc_yaml(params, params_file=params_file)),
+                       (base / SPECS, specs_yaml())):
+        if not path.is_file() or path.read_text() != want:
+            raise ConfigError(f"{path} is not the current rendering of {params_file} (profile {profile!r}) and the "
+                              f"stage table, so DVC may have skipped a stage that should rerun: render it with {how}, "
+                              "then run `dvc repro` (or `dvc exp run`) again")
 
 
 def upstream_outputs(table: dict[str, Stage]) -> dict[str, set[str]]:
