@@ -74,6 +74,7 @@ def test_mlflow_server_serves_the_rung_comparison(params, tmp_path):
         tags = {r["info"]["run_name"]: {t["key"]: t["value"] for t in r["data"]["tags"]} for r in found}
         assert set(tags) == {"train@dapo_all", "train@cispo_all"}
         assert tags["train@cispo_all"]["rung"] == "cispo_all" and tags["train@cispo_all"]["replica"] == "0"
+        assert tags["train@cispo_all"]["parent"] == "dapo_all"
         assert tags["train@cispo_all"]["alphagym.profile"] == "default"
         assert tags["train@cispo_all"]["alphagym.results"] == str(Path(p.paths.results).resolve())
         # what the UI's compare view shows: the two rungs' params differ exactly where their recipes differ

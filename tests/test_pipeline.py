@@ -73,7 +73,7 @@ def _snakemake_jobs(workdir: Path, *extra: str) -> dict[str, dict]:
         elif current is not None and re.match(r"^\s+wildcards: ", line):
             current["item"] = line.split("=", 1)[1].strip()
         elif current is not None and line.startswith("Shell command: "):
-            current["shell"] = re.sub(r" > \S+ 2>&1$", "", line[len("Shell command: "):])
+            current["shell"] = re.sub(r" > ('[^']*'|\S+) 2>&1$", "", line[len("Shell command: "):])
     return {(j["rule"] if j["item"] is None else f"{j['rule']}@{j['item']}"): j for j in jobs.values()}
 
 
@@ -146,6 +146,36 @@ def test_a_stage_depends_on_its_own_spec_not_on_all_of_params_py(root, tmp_path)
     assert {k for k in before if before[k] != after[k]} == {"briefs"}
 
 
+def test_a_profile_s_dvc_yaml_depends_on_what_each_stage_reads_of_its_block(root, tmp_path):
+    """dvc.yaml rendered for a profile: each stage depends on the parts of the profile's block on the paths
+    of the keys it declares (an edit of the smoke profile's recipe reruns train, probe and report, not the
+    world model); the first stage depends on the whole block, and a stage command run by DVC refuses a
+    rendering that is no longer current (a block that gained a section), naming the command that renders it."""
+    from alphagym.errors import ConfigError
+    from alphagym.pipeline import check_rendering
+
+    work = _copy_workflow(root, tmp_path / "w", profile="smoke")
+    params = load_params(work / "params.yaml")
+    rendered = yaml.safe_load(dvc_yaml(params, params_file=work / "params.yaml"))["stages"]
+
+    def profile_deps(name: str) -> list[str]:
+        body = rendered[name].get("do", rendered[name])
+        return [k for k in body["params"] if isinstance(k, str) and k.startswith("profiles.")]
+
+    assert profile_deps("download") == ["profiles.smoke"]
+    reads_rl = {n for n in rendered if any(k.startswith("profiles.smoke.rl") for k in profile_deps(n))}
+    assert reads_rl == {"train", "probe", "report"}
+    assert "profiles.smoke.worldmodel" in profile_deps("world_model") and "profiles.smoke.books" not in str(rendered)
+    (work / "dvc.yaml").write_text(dvc_yaml(params, params_file=work / "params.yaml"))
+    check_rendering(params, work / "params.yaml", work)
+    # the smoke block gains a books section: books@* do not depend on it in the old rendering, so DVC alone
+    # would skip them; the first stage reruns (it depends on the whole block) and its command refuses
+    _edit(work / "params.yaml", "    filter: {samples: 4, min_kept: 10}\n",
+          "    filter: {samples: 4, min_kept: 10}\n    books: {down_day: -0.02}\n")
+    with pytest.raises(ConfigError, match="alphagym dag --write-dvc dvc.yaml --set profile=smoke"):
+        check_rendering(load_params(work / "params.yaml"), work / "params.yaml", work)
+
+
 def test_dvc_status_ignores_bytecode_and_caches(root, tmp_path):
     """The repo's .dvcignore keeps `__pycache__` (and other caches) out of code dependencies: a stage whose
     code dep is a package folder stays up to date after an import writes bytecode; without the .dvcignore
@@ -175,6 +205,20 @@ def test_dvc_status_ignores_bytecode_and_caches(root, tmp_path):
 
 def test_snakemake_and_dvc_describe_the_same_dag(root, tmp_path):
     work = _copy_workflow(root, tmp_path / "w")
+    _same_dag(_snakemake_jobs(work), _dvc_stages(work))
+
+
+def test_a_results_folder_with_a_space_is_quoted_in_every_shell_line(root, tmp_path):
+    """`paths.results` with a space: each generated shell line quotes its log path (unquoted, the shell
+    redirected into `results/a` and passed `b/logs/...` to the command), and both tools still agree."""
+    work = _copy_workflow(root, tmp_path / "w")
+    _edit(work / "params.yaml", "\n  results: results\n", "\n  results: my results\n")
+    (work / "dvc.yaml").write_text(dvc_yaml(load_params(work / "params.yaml"), params_file=work / "params.yaml"))
+    out = subprocess.run([str(BIN / "snakemake"), "-n", "-p", "--forceall", "--cores", "1"], cwd=work,
+                         capture_output=True, text=True, env=_env(), check=True).stdout
+    shells = [line for line in out.splitlines() if line.startswith("Shell command: ") and line != "Shell command: None"]
+    assert shells and all(line.endswith("2>&1") for line in shells)
+    assert all(re.search(r" > 'my results/logs/[\w@-]+\.log' 2>&1$", line) for line in shells), shells[:3]
     _same_dag(_snakemake_jobs(work), _dvc_stages(work))
 
 
@@ -540,6 +584,9 @@ def test_snakemake_run_reruns_on_params_and_code_and_agrees_with_dvc(root, tmp_p
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout)["valid"] is True
+    # the report rerun by hand writes the bytes the sender's Snakemake run wrote (.dvcignore: Snakemake's
+    # timestamp file in a directory output is not part of it)
+    assert _dvc_changed(clone) == set()
     # the receiver's params edit is seen by both tools (Snakemake recorded what it touched)
     (clone / "params.yaml").write_text((clone / "params.yaml").read_text().replace("down_day: -0.015",
                                                                                    "down_day: -0.02"))

@@ -84,10 +84,12 @@ class ResolvedRung:
     def tracked(self) -> tuple[dict[str, str], dict[str, str]]:
         """(params, tags) that tell this member's MLflow runs apart from another rung's: every key of its
         resolved recipe as `recipe.<key>` (so runs compare on what they ran, not on the base `rl.recipe`),
-        its parent, change and seed as params; rung, replica and item as tags."""
+        its parent, change and seed as params; rung, replica, item, parent and change as tags (the UI filters
+        and groups runs by tags)."""
         params = {f"recipe.{k}": str(v) for k, v in flat(self.recipe.model_dump()).items()}
         params.update({"rung.parent": self.parent, "rung.change": self.change, "rung.seed": str(self.seed)})
-        tags = {"rung": self.name, "replica": str(self.replica), "item": self.item}
+        tags = {"rung": self.name, "replica": str(self.replica), "item": self.item, "parent": self.parent,
+                "change": self.change}
         return params, tags
 
 

@@ -100,8 +100,8 @@ class StageRun:
 
     def log_rung(self, rung: Any) -> None:
         """What a ladder member ran (`alphagym.rungs.ResolvedRung.tracked`): its resolved recipe as
-        `recipe.*` params, its parent, change and seed, and rung, replica and item as tags, so that the MLflow
-        UI compares two rungs' runs on what each ran."""
+        `recipe.*` params, its parent, change and seed, and rung, replica, item, parent and change as tags, so
+        that the MLflow UI compares two rungs' runs on what each ran."""
         params, tags = rung.tracked()
         self.log_params(params)
         for key, value in tags.items():
