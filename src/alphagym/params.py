@@ -18,7 +18,15 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import CoreSchema
 
 from alphagym.rungs import recipe_of
@@ -757,6 +765,10 @@ class Rl(Section):
                 p = self.rungs[p].parent
             try:
                 self.recipe_of(name)
+            except ValidationError as exc:        # one line per bad key, named as in the rung's `set`
+                bad = "; ".join(f"{'.'.join(str(x) for x in e['loc'])} = {e.get('input')!r}: {e['msg']}"
+                                for e in exc.errors(include_url=False))
+                raise ValueError(f"rung {name!r}: its recipe does not validate: {bad}") from None
             except (ValueError, KeyError) as exc:
                 raise ValueError(f"rung {name!r}: its recipe does not validate: {exc}") from None
         unknown = [n for n in self.ladder if n not in self.rungs]
