@@ -216,3 +216,23 @@ def test_a_float_still_takes_an_int_and_every_profile_loads(root):
     with pytest.raises(ConfigError, match=r"rung 'cispo_repo': its recipe does not validate: steps = True: Input "
                                           r"should be a valid integer$"):    # a rung's recipe: strict too, one line
         load_params(root / "params.yaml", ["rl.rungs.cispo_repo.set={steps: true}"])
+
+
+def test_params_yaml_rewritten_by_dvc_exp_loads_the_same(root, tmp_path):
+    """`dvc exp run -S KEY=VALUE` rewrites params.yaml as YAML 1.2 (it drops the quotes of `"off"`): the file
+    it writes loads into the same params but for the key it set. PyYAML's YAML 1.1 booleans read the unquoted
+    `off` as False, and every command then refused params.yaml."""
+    from dvc.utils.serialize import modify_yaml
+
+    path = tmp_path / "params.yaml"
+    path.write_text((root / "params.yaml").read_text())
+    with modify_yaml(path) as data:
+        data["profiles"]["smoke"]["rl"]["recipe"]["steps"] = 6
+    assert "advantage_floor: off" in path.read_text()          # DVC's rewrite, unquoted
+    for profile in ("default", "smoke"):
+        before = load_params(root / "params.yaml", [f"profile={profile}"]).model_dump()
+        after = load_params(path, [f"profile={profile}"]).model_dump()
+        if profile == "smoke":
+            assert after["rl"]["recipe"]["steps"] == 6
+            after["rl"]["recipe"]["steps"] = before["rl"]["recipe"]["steps"]
+        assert after == before

@@ -22,10 +22,21 @@ DEFAULT_PARAMS = Path("params.yaml")
 
 
 class _Loader(yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader):
-    """SafeLoader with YAML 1.2 floats: PyYAML (YAML 1.1) reads `1e6` or `1.0e6` as a string, while DVC's
-    parser reads a float; this loader reads a float too, so a user's edit cannot silently become text.
+    """SafeLoader with YAML 1.2 floats and booleans, as DVC reads and writes params.yaml. PyYAML (YAML 1.1)
+    reads `1e6` or `1.0e6` as a string, and `off`, `no`, `yes`, `on` as booleans; DVC reads a float and
+    strings, and when `dvc exp run -S` rewrites params.yaml it drops the quotes of `"off"`. This loader reads
+    what DVC reads, so neither a user's edit nor DVC's rewrite silently changes a value's type.
     libyaml's parser where PyYAML has it (ten times faster on params.yaml: every command reads it)."""
 
+    # copied per class before the resolvers below change it: SafeLoader's own table stays as it is
+    yaml_implicit_resolvers = {
+        first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+
+
+_Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                              list("tTfF"))
 
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
