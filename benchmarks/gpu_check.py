@@ -5,7 +5,7 @@ the train-window verifier of the embedded simulated market. Prints the median (p
 parts, generated tokens a second, and peak GPU memory. Meant to finish in under 8 minutes on one GPU:
 
     bash benchmarks/gpu_check.sh                 # on a GPU machine: 20 SFT steps, 10 RL steps
-    bash benchmarks/gpu_check.sh --cpu-smoke     # anywhere: the same path shrunk (2 + 2 steps, short answers)
+    bash benchmarks/gpu_check.sh --cpu-smoke     # anywhere: shrunk: 2 + 2 steps, 2 pairs, 2 short answers a step
 
 Last lines: `gpu_check_<name>=<value>`.
 """
@@ -64,7 +64,7 @@ def main() -> int:
     params = load_params(ROOT / "params.yaml", profile="gpu")
     rl_steps = args.rl_steps or (2 if smoke else 10)
     sft_steps = args.sft_steps or (2 if smoke else 20)
-    small = {"briefs_per_step": 2, "answers_per_brief": 2, "max_new_tokens": 12, "micro_batch": 4} if smoke else {}
+    small = {"briefs_per_step": 1, "answers_per_brief": 2, "max_new_tokens": 12, "micro_batch": 2} if smoke else {}
     recipe = RlRecipe.model_validate({**params.rl.recipe.model_dump(), **small, "steps": rl_steps,
                                       "checkpoint_every": rl_steps, "score_cache": 0})
     t0 = time.perf_counter()
@@ -87,10 +87,13 @@ def main() -> int:
     load_s = time.perf_counter() - t0
     print(f"device {policy.device}; data {setup_data:.1f} s, model load (NF4 + LoRA) {load_s:.1f} s", flush=True)
 
-    n_pairs = sft_steps * params.sft.hf.batch_size
+    # on the CPU, bitsandbytes' 4-bit matmul costs seconds per sequence: two pairs a step there
+    sft_cfg = params.sft.hf.model_copy(update={"epochs": 1, "eval_every": 10**6,
+                                               **({"batch_size": 2} if smoke else {})})
+    n_pairs = sft_steps * sft_cfg.batch_size
     pairs_b = [briefs[i % len(briefs)]["text"] for i in range(n_pairs)]
     pairs_a = [f"<alpha>{FORMULAS[i % len(FORMULAS)]}</alpha>" for i in range(n_pairs)]
-    sft_cfg = params.sft.hf.model_copy(update={"epochs": 1, "eval_share": 1.0 / n_pairs, "eval_every": 10**6})
+    sft_cfg = sft_cfg.model_copy(update={"eval_share": 1.0 / n_pairs})
     t0 = time.perf_counter()
     train_sft(policy, pairs_b, pairs_a, sft_cfg, seed=0)
     sft_s = time.perf_counter() - t0

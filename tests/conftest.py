@@ -52,3 +52,9 @@ def sim_panels():
     prices, sectors, _ = load_source(p)
     train, holdout, _ = build_panel(prices, sectors, p)
     return train, holdout
+
+
+def pytest_collection_modifyitems(config, items):
+    """The end-to-end runs first: with the suite split over two workers (`make test`: pytest-xdist), the
+    longest test started last would leave one worker idle while it runs."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -92,6 +92,7 @@ def test_params_view_refuses_undeclared_keys(params):
     assert view.reads == {"seed", "verifier.cpcv"}
 
 
+@pytest.mark.slow
 def test_every_stage_runs_on_the_params_it_declares(root, tmp_path):
     """Run each stage of the smoke profile in order, each seeing only its declared params (an undeclared
     read raises), and record what it read. Two rungs of the ladder family (one LoRA, one DoRA) stand for

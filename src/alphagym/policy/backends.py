@@ -74,9 +74,10 @@ def load_smollm2() -> tuple[LlamaForCausalLM, PreTrainedTokenizerBase]:
 
 
 def load_hf(path: str | Path, nf4: bool) -> tuple[Any, PreTrainedTokenizerBase]:
-    """A local Hugging Face checkpoint; with `policy.hf.nf4`, quantised to NF4 by bitsandbytes (BF16
-    compute, double quantisation): on a CUDA GPU when there is one, else on the CPU (bitsandbytes >= 0.50
-    runs 4-bit layers on CPU, slower than BF16 there; docs/policy.md has the measurement)."""
+    """A local Hugging Face checkpoint; with `policy.hf.nf4`, quantised to NF4 by bitsandbytes (double
+    quantisation): on a CUDA GPU when there is one, BF16 compute, else on the CPU, FP32 compute (bitsandbytes
+    >= 0.50 runs 4-bit layers on CPU; a BF16 matmul there took 10x an FP32 one: backward of 2 x 40 tokens
+    of SmolLM2, 16.1 s against 1.6 s; docs/policy.md has the measurement)."""
     path = Path(path)
     if not (path / "config.json").is_file():
         raise PolicyError(f"policy.base_model {path} is not a Hugging Face model folder (no config.json)")
@@ -88,8 +89,8 @@ def load_hf(path: str | Path, nf4: bool) -> tuple[Any, PreTrainedTokenizerBase]:
         from transformers import BitsAndBytesConfig
 
         kwargs["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
-            bnb_4bit_use_double_quant=True)
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch.bfloat16 if torch.cuda.is_available() else torch.float32)
         kwargs["device_map"] = {"": 0 if torch.cuda.is_available() else "cpu"}
     tok = AutoTokenizer.from_pretrained(path)
     try:
