@@ -4,12 +4,16 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 
+import numpy as np
 import pytest
 
 from alphagym.briefs.catalogue import PARTS, load_catalogue
 from alphagym.briefs.compliance import BriefChecker, check, check_spec, max_window, ts_nesting
-from alphagym.briefs.generate import contradicts, families, generate, read_briefs, write_briefs
+from alphagym.briefs.generate import contradicts, draw, families, generate, read_briefs, write_briefs
+from alphagym.config import load_params
+from alphagym.data.simulator import EFFECTS
 from alphagym.dsl.parser import parse
 from alphagym.errors import BriefError
 from alphagym.params import Briefs
@@ -44,6 +48,24 @@ def test_counts_and_holdout_families_never_in_training(cat, drawn):
     assert {b["structure"] for b in train} == set(cat.ids("structures"))
     assert len(set(held)) == round(0.15 * len(families(cat)))
     assert len({b["text"] for b in train + holdout}) == 550
+
+
+def test_holdout_briefs_cover_the_held_out_families_evenly_and_every_mechanism(cat, drawn, root):
+    _, holdout, held = drawn
+    counts = Counter(b["family"] for b in holdout)
+    assert set(counts) == set(held) and max(counts.values()) - min(counts.values()) <= 1, counts
+    assert {f.split("|")[0] for f in held} == set(cat.ids("mechanisms"))
+    # the negative control: the same families drawn at random, as before, are uneven for this seed
+    rng = np.random.default_rng([7, 2])
+    loose = Counter(b["family"] for b in draw(cat, held, 50, "holdout", rng))
+    assert max(loose.values()) - min(loose.values()) > 1, loose
+    # the default run's draw asks for every planted edge of the simulator (one mechanism each)
+    params = load_params(root / "params.yaml")
+    _, default_holdout, _ = generate(cat, params.briefs, int(params.seed))
+    edges = {EFFECTS[k].mechanism for k, e in params.simulator.effects.planted.items() if e.kind == "edge"}
+    assert len(edges) == 8 and edges <= {b["mechanism"] for b in default_holdout}
+    per_mechanism = Counter(b["mechanism"] for b in default_holdout)
+    assert max(per_mechanism.values()) <= 6, per_mechanism
 
 
 def test_same_seed_same_briefs_other_seed_other(cat, drawn, tmp_path):

@@ -2,8 +2,12 @@
 
 Template families are (mechanism, structure) pairs. A seeded share of the families is held out: the
 holdout briefs come only from those, the training briefs never, and every mechanism and every structure
-still occurs in training (the holdout tests new combinations, not new words). A brief whose fields
-contradict each other (a rule forbids every field or operator another field requires) is never drawn.
+still occurs in training (the holdout tests new combinations, not new words). The held-out families name
+every mechanism when there are at least as many of them as mechanisms, so every planted edge of the
+simulator (one mechanism each) is asked for by some holdout brief, and the holdout briefs are drawn
+family by family in a seeded order, so each held-out family holds the same number of them, give or take
+one (a draw by chance gave one mechanism a third of them). A brief whose fields contradict each other (a
+rule forbids every field or operator another field requires) is never drawn.
 """
 
 from __future__ import annotations
@@ -63,39 +67,61 @@ def families(c: Catalogue) -> list[str]:
 
 
 def holdout_families(c: Catalogue, share: float, seed: int) -> list[str]:
-    """A seeded set of families to hold out, leaving every mechanism and structure in training."""
+    """A seeded set of families to hold out, leaving every mechanism and structure in training: first one
+    family of each mechanism (in a seeded order, as many as the share allows), then seeded others."""
     rng = np.random.default_rng([seed, 1])
     fams = families(c)
     want = max(1, round(share * len(fams)))
     held: list[str] = []
-    for i in rng.permutation(len(fams)):
-        m, s = fams[i].split("|")
-        rest = [f for f in fams if f not in held and f != fams[i]]
-        if any(f.startswith(m + "|") for f in rest) and any(f.endswith("|" + s) for f in rest):
-            held.append(fams[i])
+
+    def keeps_training(f: str) -> bool:
+        m, s = f.split("|")
+        rest = [g for g in fams if g not in held and g != f]
+        return any(g.startswith(m + "|") for g in rest) and any(g.endswith("|" + s) for g in rest)
+
+    mechanisms = c.ids("mechanisms")
+    for k in rng.permutation(len(mechanisms)):
         if len(held) == want:
             break
+        own = [f for f in fams if f.startswith(mechanisms[k] + "|")]
+        for i in rng.permutation(len(own)):
+            if own[i] not in held and keeps_training(own[i]):
+                held.append(own[i])
+                break
+    for i in rng.permutation(len(fams)):
+        if len(held) == want:
+            break
+        if fams[i] not in held and keeps_training(fams[i]):
+            held.append(fams[i])
     return sorted(held)
 
 
+def _fields(c: Catalogue, family: str, rng: np.random.Generator) -> dict[str, Any]:
+    m, s = family.split("|")
+    return {"mechanism": m, "horizon": int(c.horizons[int(rng.integers(len(c.horizons)))]),
+            "input_rule": c.ids("input_rules")[int(rng.integers(len(c.ids("input_rules"))))],
+            "structure": s,
+            "forbidden": c.ids("forbidden")[int(rng.integers(len(c.ids("forbidden"))))],
+            "risk": c.ids("risks")[int(rng.integers(len(c.ids("risks"))))]}
+
+
 def draw(c: Catalogue, fams: list[str], n: int, split: str, rng: np.random.Generator,
-         max_tries: int = 100_000) -> list[dict[str, Any]]:
-    """`n` distinct, non-contradictory briefs from the given families."""
+         max_tries: int = 100_000, stratified: bool = False) -> list[dict[str, Any]]:
+    """`n` distinct, non-contradictory briefs from the given families: each from a family drawn at random,
+    or (`stratified`) the i-th from the i-th family of a seeded order, cycled, so the families hold n / F
+    briefs each, give or take one."""
     out, seen = [], set()
-    for _ in range(max_tries):
-        if len(out) == n:
-            break
-        m, s = fams[int(rng.integers(len(fams)))].split("|")
-        b = {"mechanism": m, "horizon": int(c.horizons[int(rng.integers(len(c.horizons)))]),
-             "input_rule": c.ids("input_rules")[int(rng.integers(len(c.ids("input_rules"))))],
-             "structure": s,
-             "forbidden": c.ids("forbidden")[int(rng.integers(len(c.ids("forbidden"))))],
-             "risk": c.ids("risks")[int(rng.integers(len(c.ids("risks"))))]}
+    order = [fams[i] for i in rng.permutation(len(fams))] if stratified else []
+    tries = 0
+    while len(out) < n and tries < max_tries:
+        tries += 1
+        family = order[len(out) % len(order)] if stratified else fams[int(rng.integers(len(fams)))]
+        b = _fields(c, family, rng)
         key = tuple(b[f] for f in FIELDS)
         if key in seen or contradicts(c, b):
             continue
         seen.add(key)
-        out.append({"id": f"{split}-{len(out):04d}", "split": split, "family": f"{m}|{s}", **b,
+        out.append({"id": f"{split}-{len(out):04d}", "split": split, "family": family, **b,
                     "text": render(c, b)})
     if len(out) < n:
         raise BriefError(f"could draw only {len(out)} of {n} distinct {split} briefs from {len(fams)} families")
@@ -107,8 +133,8 @@ def generate(c: Catalogue, cfg: BriefsParams, seed: int) -> tuple[list[dict], li
     held = holdout_families(c, cfg.holdout_family_share, seed)
     train_fams = [f for f in families(c) if f not in held]
     rng = np.random.default_rng([seed, 2])
-    return (draw(c, train_fams, cfg.train, "train", rng), draw(c, held, cfg.holdout, "holdout", rng),
-            held)
+    return (draw(c, train_fams, cfg.train, "train", rng),
+            draw(c, held, cfg.holdout, "holdout", rng, stratified=True), held)
 
 
 def write_briefs(path: Path, briefs: Iterable[Mapping[str, Any]]) -> None:
