@@ -26,7 +26,7 @@ smoke: setup
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH snakemake --profile workflow/profiles/smoke
 
 test: setup
-	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pytest -q -n 2 --durations=15
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pytest -q -n 2 --dist loadgroup --durations=15
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks tools

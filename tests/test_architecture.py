@@ -92,15 +92,19 @@ def test_params_view_refuses_undeclared_keys(params):
     assert view.reads == {"seed", "verifier.cpcv"}
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=1)
 def test_every_stage_runs_on_the_params_it_declares(root, tmp_path):
     """Run each stage of the smoke profile in order, each seeing only its declared params (an undeclared
     read raises), and record what it read. Two rungs of the ladder family (one LoRA, one DoRA) stand for
     all six: the members differ only in their own `rl.rungs` block."""
     from alphagym.config import load_params
 
+    # smaller still than the smoke profile: what a stage reads does not depend on how much it does
     p = load_params(root / "params.yaml", ["profile=smoke", f"paths.results={tmp_path}/results",
-                                           "tracking.enabled=false", "rl.ladder=[dapo_all,cispo_repo_dora]"])
+                                           "tracking.enabled=false", "rl.ladder=[dapo_all,cispo_repo_dora]",
+                                           "briefs.train=12", "briefs.holdout=4", "sft.corpus.candidates=60",
+                                           "sft.tiny.epochs=1", "filter.min_kept=4", "rl.recipe.steps=2",
+                                           "rl.recipe.checkpoint_every=1"])
     assert {k for k in stage_table(p) if k.startswith("train@")} == {"train@dapo_all", "train@cispo_repo_dora"}
     for key, stage in stage_table(p).items():
         reads: set[str] = set()

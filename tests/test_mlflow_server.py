@@ -39,7 +39,7 @@ def _get(url: str) -> dict:
         return json.loads(r.read())
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=1)
 def test_mlflow_server_serves_the_rung_comparison(params, tmp_path):
     p = updated(params, {"tracking.enabled": True})
     for rung, slope in (("dapo_all", 0.1), ("cispo_all", 0.3)):

@@ -18,7 +18,7 @@ from test_pipeline import BIN, SMOKE_LADDER, _copy_workflow, _env
 HERE = Path(__file__).resolve().parent
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=6)
 def test_the_smoke_dag_runs_on_a_one_node_slurm_cluster(root, tmp_path):
     if os.environ.get("ALPHAGYM_SLURM") != "1":
         pytest.skip("the one-node SLURM run (6 min) runs with ALPHAGYM_SLURM=1")

@@ -59,7 +59,7 @@ def _wait_running(results: Path, name: str, proc: subprocess.Popen, timeout: flo
     raise AssertionError("the stage never started its run")
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=1)
 def test_terminated_stage_ends_killed_and_a_hard_kill_is_cleaned_up_next_time(root, tmp_path):
     """SIGTERM: the run ends KILLED and the stage leaves no outputs. SIGKILL: the run stays RUNNING
     (nothing can run in a killed process) until the same stage starts again and marks it KILLED."""
