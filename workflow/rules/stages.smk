@@ -81,8 +81,11 @@ onsuccess:
     elif not Path("dvc.yaml").is_file() or Path("dvc.yaml").read_text() != dvc_yaml(PARAMS, STAGE_ROWS):
         # dvc.yaml's stages have this run's names but another profile's paths: committing them would
         # record outputs this run did not write
-        print("alphagym: dvc.yaml describes another profile or ladder than this run (render it with "
-              "`alphagym dag --write-dvc dvc.yaml --set profile=NAME`): dvc.lock not updated")
+        render = f"alphagym dag --write-dvc dvc.yaml --set profile={PARAMS['profile']}"
+        print(f"alphagym: dvc.yaml describes another profile or ladder than this run: dvc.lock not updated. To "
+              f"record this run (for `dvc status` and `dvc push`): `{render}`, then `dvc commit --force "
+              f"--no-relink` (it leaves the outputs' mtimes alone); render before the next run to have it "
+              f"recorded by itself")
     elif not Path(SPECS).is_file() or Path(SPECS).read_text() != specs_yaml():
         print(f"alphagym: {SPECS} is not the stage table's (render it with `alphagym dag --write-dvc dvc.yaml`): "
               "dvc.lock not updated")
