@@ -42,7 +42,7 @@ def main() -> int:
     results = args.results or ROOT / params.paths.results
     recipe = params.rl.recipe
     policy = set_decoding(load_policy(results / "sft" / "tiny" / "policy"), params.policy.decoding,
-                          params.dsl.limits)
+                          params.dsl.limits, params.briefs.horizon_tolerance)
     policy.max_new_tokens, policy.micro_batch = int(recipe.max_new_tokens), int(recipe.micro_batch)
     briefs = [json.loads(line)["text"] for line in (results / "filter" / "briefs.jsonl").read_text().splitlines()]
     k, n = int(recipe.briefs_per_step), int(recipe.answers_per_brief)

@@ -15,8 +15,9 @@ from alphagym.dsl.prefix import PrefixChecker
 from alphagym.dsl.printer import plain
 from alphagym.policy.corpus import candidates
 from alphagym.policy.decode import gumbel_keys
-from alphagym.policy.grammar import GrammarSampler, steered_share
+from alphagym.policy.grammar import GrammarSampler, Trace, steered_share
 from alphagym.policy.model import build_policy
+from alphagym.policy.scoring import restrict
 from cfg_helpers import policy_cfg
 
 CHECK = PrefixChecker()
@@ -301,3 +302,35 @@ def test_the_watch_spacing_writes_what_a_search_at_every_token_writes(monkeypatc
     searches = stats_spaced.pop("watch_searches"), pol.decode_stats.pop("watch_searches")
     assert stats_spaced == pol.decode_stats and stats_spaced["forced"] >= 8
     assert searches[1] > 1.3 * searches[0] > 0, searches          # 472 against 335 when written
+
+
+def test_a_traced_draw_gives_the_log_probability_of_the_distribution_it_was_drawn_from():
+    """After `<alpha>rank(`, ')' and 'x' are refused; the model's mass is 0.3, 0.1, 0.1 on the viable
+    close, rank(, open and 0.5 on the refused. The trace names the refused tokens, and `restrict` turns
+    the model's log-probabilities into those of the renormalised distribution: they sum to one over the
+    viable tokens and match the sampler's draw frequencies. A forced token leaves the mask."""
+    tok = _Tok()
+    probs = torch.tensor([0.0, 0.0, 0.3, 0.1, 0.25, 0.25, 0.1, 0.0, 0.0])
+    logits = torch.log(probs + 1e-30)
+    s = GrammarSampler(tok, PrefixChecker(), trace=True)
+    gen = torch.Generator().manual_seed(3)
+    n = 4000
+    draws = np.bincount([s.pick(b, [0, 3], gumbel_keys(logits, 1.0, gen), logits) for b in range(n)],
+                        minlength=9) / n
+    assert {s.traces[b][0] for b in range(n)} == {(4, 5)}           # ')' and 'x', judged by mass, in order
+    viable = [2, 3, 6]
+    logp = torch.log_softmax(logits, -1).expand(3, 1, 9)
+    target = torch.tensor([[t] for t in viable])
+    lp = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    traces = [Trace((t,), ((4, 5),)) for t in viable]
+    got, mask = restrict(lp, logp, target, torch.ones(3, 1, dtype=torch.bool), traces)
+    torch.testing.assert_close(got.exp().sum(), torch.tensor(1.0))
+    for k, t in enumerate(viable):
+        assert abs(float(got[k, 0].exp()) - probs[t] / 0.5) < 1e-6
+        assert abs(draws[t] - float(got[k, 0].exp())) < 0.025, (t, draws[t])
+    assert mask.all()
+    # a forced token (trace None) moves nothing; a row whose tokens are not its trace's keeps the model's
+    got, mask = restrict(lp, logp, target, torch.ones(3, 1, dtype=torch.bool),
+                         [Trace((2,), (None,)), Trace((6,), ((4, 5),)), None])
+    assert mask.tolist() == [[False], [True], [True]] and float(got[0, 0]) == 0.0
+    torch.testing.assert_close(got[1:], lp[1:])

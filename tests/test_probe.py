@@ -323,7 +323,8 @@ def test_a_damaged_shipped_adapter_is_a_policy_error_naming_it(ladder, tmp_path)
     weights = ckpt / "adapter_model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
     with pytest.raises(PolicyError, match=r"checkpoint-000002 cannot be used.*adapter_model.safetensors"):
-        at_checkpoint(sft_base(Path(deps["policy"]), params.policy, params.dsl.limits), ckpt)
+        at_checkpoint(sft_base(Path(deps["policy"]), params.policy, params.dsl.limits,
+                               params.briefs.horizon_tolerance), ckpt)
 
 
 @contextmanager

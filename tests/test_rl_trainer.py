@@ -199,8 +199,9 @@ def test_nf4_policy_trains_checkpoints_and_probes_on_cpu(sft_state, tmp_path):
     """The GPU profile's path (an `hf` checkpoint in NF4 + LoRA) run on the CPU: the trainer updates the
     adapter through the 4-bit layers, and a checkpoint goes back on the base as the probe loads it."""
     pytest.importorskip("bitsandbytes", reason="bitsandbytes is not installed (make setup installs it)")
+    from alphagym.config import load_params
     from alphagym.policy.backends import load_hf, unwrapped_base
-    from alphagym.policy.model import load_policy
+    from alphagym.policy.model import load_policy, set_decoding
     from alphagym.rl.checkpoints import at_checkpoint
 
     unwrapped_base(sft_state.model).save_pretrained(tmp_path / "hf")
@@ -220,7 +221,9 @@ def test_nf4_policy_trains_checkpoints_and_probes_on_cpu(sft_state, tmp_path):
     moved = [k for k, v in pol.model.state_dict().items() if "lora_A" in k and not torch.equal(v, before[k])]
     assert any(".layers.0." in k for k in moved), "no update reached the first layer's adapters"
     ckpt = latest_checkpoint(tmp_path / "w")
-    probed = at_checkpoint(base(), ckpt)
+    ruled = set_decoding(base(), "brief", load_params().dsl.limits, 0.5)
+    probed = at_checkpoint(ruled, ckpt)
+    assert probed.grammar is ruled.grammar and probed.contracts is ruled.contracts   # the probe decodes as set
     for a, b in zip(probed.logprobs([b["text"] for b in BRIEFS], VOLUME * 2),
                     pol.logprobs([b["text"] for b in BRIEFS], VOLUME * 2)):
         torch.testing.assert_close(a, b)

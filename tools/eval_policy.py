@@ -37,7 +37,7 @@ def main() -> None:
     ap.add_argument("--zero-shot", metavar="BACKEND", help="a pretrained backend as loaded, before any SFT")
     ap.add_argument("--seeds", type=int, nargs="+", default=None, help="sampling seeds (default: the stage's)")
     ap.add_argument("--samples", type=int, default=None, help="answers per brief (default sft.eval.samples)")
-    ap.add_argument("--decoding", nargs="+", choices=["grammar", "free"], default=["grammar"])
+    ap.add_argument("--decoding", nargs="+", choices=["brief", "grammar", "free"], default=["grammar"])
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--answers", metavar="PARQUET", help="also write every answer with its validity and reason "
                     "(columns seed and decoding added)")
@@ -57,7 +57,7 @@ def main() -> None:
     table: list[dict] = []
     for seed in seeds:
         for decoding in args.decoding:
-            set_decoding(policy, decoding, params.dsl.limits)
+            set_decoding(policy, decoding, params.dsl.limits, params.briefs.horizon_tolerance)
             t0 = time.perf_counter()
             stats, rows = evaluate_policy(policy, holdout, verifier, cat, float(params.briefs.horizon_tolerance),
                                        samples, float(ev.temperature), seed)

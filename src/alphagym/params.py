@@ -567,7 +567,7 @@ class HfPolicy(PretrainedPolicy):
     nf4: bool = Field(description="load the base in NF4 with bitsandbytes (needs a CUDA GPU)")
 
 
-Decoding = Literal["grammar", "free"]
+Decoding = Literal["brief", "grammar", "free"]
 
 
 class Policy(Section):
@@ -575,8 +575,9 @@ class Policy(Section):
     micro_batch: PosInt = Field(description="sequences per forward pass")
     threads: Annotated[int, Field(ge=1, le=256)] = Field(description="torch threads")
     decoding: Decoding = Field(
-        description="grammar: sample only tokens that keep the answer a parseable <alpha> formula; free: the "
-                    "model's plain distribution")
+        description="brief: sample only tokens that keep the answer a parseable <alpha> formula that can still "
+                    "pass every hard check of its catalogue brief (other prompts: the grammar alone); grammar: "
+                    "parseable only; free: the model's plain distribution")
     adapter: Adapter
     tiny: TinyPolicy
     smollm2: PretrainedPolicy

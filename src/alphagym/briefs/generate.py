@@ -13,6 +13,7 @@ rule forbids every field or operator another field requires) is never drawn.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,31 @@ def render(c: Catalogue, b: Mapping[str, Any]) -> str:
             f"Structure: {c.text('structures', b['structure'])}. "
             f"Constraint: {c.text('forbidden', b['forbidden'])}. "
             f"Risk preference: {c.text('risks', b['risk'])}.")
+
+
+_PARTS = (("mechanism", "mechanisms"), ("input_rule", "input_rules"), ("structure", "structures"),
+          ("forbidden", "forbidden"), ("risk", "risks"))
+
+
+def read_text(c: Catalogue, text: str) -> dict[str, Any] | None:
+    """The fields of a brief text that `render` wrote (mechanism, horizon, input rule, structure, forbidden,
+    risk), read back from the text alone; None for any other text (a user's own words). The decoder keeps a
+    brief it can read (`briefs.contract`) and answers any other text under the grammar alone."""
+    m = _RENDERED.fullmatch(text.strip())
+    if m is None:
+        return None
+    out: dict[str, Any] = {"horizon": int(m["horizon"])}
+    for key, part in _PARTS:
+        ids = [k for k in c.ids(part) if c.text(part, k) == m[key]]
+        if len(ids) != 1:
+            return None
+        out[key] = ids[0]
+    return out
+
+
+_RENDERED = re.compile(r".* Design an alpha whose PRIMARY mechanism is: (?P<mechanism>.+?)\. Target horizon: roughly "
+                       r"(?P<horizon>\d+)-day windows\. Inputs: (?P<input_rule>.+?)\. Structure: (?P<structure>.+?)\. "
+                       r"Constraint: (?P<forbidden>.+?)\. Risk preference: (?P<risk>.+?)\.", re.S)
 
 
 def _groups(spec: Mapping[str, Any], key: str) -> list[set[str]]:

@@ -115,7 +115,8 @@ class PrefixChecker:
             # a bare digit or operator character only finishes a token cut in half ('1.', '1e-', '|'), and
             # an operand after the same operand is a loop
             half = "1" if _HALF_NUMBER.search(out) else _HALF_OPERATOR.get(out[-1:])
-            pieces = [(out + p, p) for p in _CLOSING_PIECES
+            closing = (CLOSE, *(r for r in self.repairs(out) if r not in out), *_CLOSING_PIECES[1:])
+            pieces = [(out + p, p) for p in closing
                       if (p not in _HALVES or p == half) and not (p == last and p in _NO_REPEAT)]
             for nxt, piece in [*names, *pieces]:
                 if nxt == out or nxt in seen:
@@ -132,6 +133,11 @@ class PrefixChecker:
 
         done = search(start, 0, "")
         return None if done is None else done[len(text):]
+
+    def repairs(self, text: str) -> tuple[str, ...]:
+        """Pieces the completion search tries right after the closing tag, before the grammar's own: none
+        here; a brief's checker (`briefs.contract.ContractChecker`) offers formulas that meet its brief."""
+        return ()
 
     def complete(self, formula: str) -> bool:
         """The formula parses in full (limits included) and reads only fields the panel has."""

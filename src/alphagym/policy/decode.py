@@ -177,7 +177,7 @@ def sample(model: Any, prefill: Callable[[], tuple[torch.Tensor, Any]], attentio
         keys = gumbel_keys(logits, temperature, generator)
         chosen = []
         for j, r in enumerate(rows):
-            tok = sampler.pick(r, out[r], keys[j]) if sampler is not None else int(torch.argmax(keys[j]))
+            tok = sampler.pick(r, out[r], keys[j], logits[j]) if sampler is not None else int(torch.argmax(keys[j]))
             out[r].append(tok)
             chosen.append(tok)
         if t == max_new_tokens - 1:

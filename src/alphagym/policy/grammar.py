@@ -29,6 +29,9 @@ have run out; `watch_searches` counts the searches.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import torch
 from tokenizers import decoders
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
@@ -36,6 +39,21 @@ from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 from alphagym.dsl.prefix import PrefixChecker
 
 GROWTH = 6          # the most tokens one written token has added to an answer's completion (module docstring)
+# a traced draw judges the likeliest tokens until this share of the model's mass is judged, at most
+# TRACE_MAX of them (`GrammarSampler.refused`): the mass left unjudged bounds the error of the
+# renormalising constant the RL loss divides by (docs/rl.md, "Log-probabilities under constrained decoding")
+TRACE_MASS = 0.95
+TRACE_MAX = 16
+
+
+@dataclass(frozen=True)
+class Trace:
+    """How one answer was written, for the log-probabilities of the distribution it was drawn from: its token
+    ids, and per token the likeliest tokens the decoder refused there (a draw from the model restricted to
+    the rest), or None where the token was not drawn but written by the forced completion."""
+
+    ids: tuple[int, ...]
+    refused: tuple[tuple[int, ...] | None, ...]
 
 
 def rejected_share(stats: dict[str, int]) -> float:
@@ -61,11 +79,16 @@ def concatenates(tokenizer: PreTrainedTokenizerBase) -> bool:
 
 class GrammarSampler:
     """Picks each answer's next token (`pick`) for the sampling loop; one per micro-batch, since it keeps
-    each row's forced completion and the counts of what it refused."""
+    each row's forced completion and the counts of what it refused. `checker` judges every row's prefixes;
+    `rows`, when given, one checker per batch row instead (`policy.decoding: brief`: each row its own
+    brief's contract, `briefs.contract.BriefContracts`)."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, checker: PrefixChecker, max_new_tokens: int = 0,
-                 scan: int = 256) -> None:
+                 scan: int = 256, rows: Sequence[PrefixChecker] | None = None, trace: bool = False) -> None:
         self.checker = checker
+        self.rows = rows
+        # batch row -> per token written: the refused tokens of its draw, or None for a forced one (`Trace`)
+        self.traces: dict[int, list[tuple[int, ...] | None]] | None = {} if trace else None
         self.tokenizer, self.eos, self.scan = tokenizer, tokenizer.eos_token_id, scan
         # special tokens decode to nothing, so the text would not show them: refused (but the end token)
         self.special = frozenset(tokenizer.all_special_ids) - {self.eos}
@@ -96,47 +119,52 @@ class GrammarSampler:
             self.pieces[tok] = text if text.isascii() and tok not in self.added else None
         return self.pieces[tok]
 
-    def _ok(self, row: list[int], tok: int, base: str | None = None) -> bool:
-        """Whether `tok` keeps the answer viable; `base` is the row's text, when the caller has it."""
+    def checker_of(self, b: int) -> PrefixChecker:
+        """The checker of batch row `b`."""
+        return self.checker if self.rows is None else self.rows[b]
+
+    def _ok(self, row: list[int], tok: int, base: str | None = None, b: int = 0) -> bool:
+        """Whether `tok` keeps row `b`'s answer viable; `base` is the row's text, when the caller has it."""
+        checker = self.checker_of(b)
         if tok in self.special:
             return False
         if base is None:
             base = self._text(row)
         if tok == self.eos:
-            return self.checker.state(base) == "done"
+            return checker.state(base) == "done"
         piece = self._piece(tok) if base.isascii() else None
         # a row's text and an ASCII token's text concatenate (checked per tokenizer): one decode per step
         # instead of one per candidate, which is most of the sampler's time when many are refused
-        return self.checker.state(base + piece if piece is not None else self._text([*row, tok])) != "dead"
+        return checker.state(base + piece if piece is not None else self._text([*row, tok])) != "dead"
 
-    def choose(self, row: list[int], keys: torch.Tensor) -> int | None:
-        """The first viable token in the order of `keys` (Gumbel-perturbed logits, `decode.gumbel_keys`;
-        greedy: the logits); None at a dead end."""
+    def choose(self, row: list[int], keys: torch.Tensor, b: int = 0) -> int | None:
+        """The first viable token of batch row `b` in the order of `keys` (Gumbel-perturbed logits,
+        `decode.gumbel_keys`; greedy: the logits); None at a dead end."""
         self.stats["draws"] += 1
         base = self._text(row)
         first = int(torch.argmax(keys))
-        if self._ok(row, first, base):
+        if self._ok(row, first, base, b):
             return first
         self.stats["rejections"] += 1
         self.stats["steered"] += 1
         for tok in torch.topk(keys, min(self.scan, keys.numel())).indices[1:].tolist():
             if keys[tok] == float("-inf"):
                 break
-            if self._ok(row, tok, base):
+            if self._ok(row, tok, base, b):
                 return tok
             self.stats["rejections"] += 1
         self.stats["dead_ends"] += 1
         return None
 
-    def _completion(self, row: list[int]) -> list[int] | None:
-        """The tokens of the row's shortest completion, then the end token; None when there is none."""
-        text = self._text(row)
-        suffix = self.checker.completion(text) if self.checker.state(text) == "open" else None
+    def _completion(self, b: int, row: list[int]) -> list[int] | None:
+        """The tokens of row `b`'s shortest completion, then the end token; None when there is none."""
+        text, checker = self._text(row), self.checker_of(b)
+        suffix = checker.completion(text) if checker.state(text) == "open" else None
         return None if suffix is None else [*self.tokenizer(suffix, add_special_tokens=False)["input_ids"], self.eos]
 
     def _start_forcing(self, b: int, row: list[int], queue: list[int] | None = None) -> None:
         """Queue row `b`'s shortest completion (`queue`, or computed); empty when there is none."""
-        queue = self._completion(row) if queue is None else queue
+        queue = self._completion(b, row) if queue is None else queue
         self.forced[b] = queue or []
         self.stats["forced"] += queue is not None
 
@@ -146,27 +174,54 @@ class GrammarSampler:
         if b not in self.forced and len(row) >= self.closing_from:
             self._start_forcing(b, row)
         elif b not in self.forced and len(row) >= max(self.watch_from, self.watch_at.get(b, 0)):
-            queue = self._completion(row)
+            queue = self._completion(b, row)
             self.stats["watch_searches"] += 1
             slack = self.max_new_tokens - len(row) - (len(queue) if queue is not None else 0) - 2
             if queue is not None and slack <= 0:
                 self._start_forcing(b, row, queue)
             self.watch_at[b] = len(row) + max(1, slack // (GROWTH + 1))
         queue = self.forced.get(b)
-        if queue and self._ok(row, queue[0]):
+        if queue and self._ok(row, queue[0], b=b):
             return queue.pop(0)
         return None
 
-    def pick(self, b: int, row: list[int], keys: torch.Tensor) -> int:
+    def pick(self, b: int, row: list[int], keys: torch.Tensor, logits: torch.Tensor | None = None) -> int:
         """Row `b`'s next token after its answer tokens `row`: the next token of its forced completion,
         else the first viable one in the order of `keys`, else (a dead end) the start of its shortest
-        completion, or the end token when there is none."""
+        completion, or the end token when there is none. When tracing, `logits` (the model's, unscaled)
+        give the refused tokens of a drawn token (`refused`)."""
         tok = self._next_forced(b, row)
+        drawn = tok is None
         if tok is None:
-            tok = self.choose(row, keys)
+            tok = self.choose(row, keys, b)
         if tok is None:
             # none of the `scan` likeliest tokens keeps the answer viable (the model went somewhere it
             # never saw, e.g. `ts_Ar`): finish it as the closing phase would, instead of cutting it
+            drawn = False
             self._start_forcing(b, row)
             tok = self._next_forced(b, row)
+        if self.traces is not None:
+            self.traces.setdefault(b, []).append(
+                self.refused(b, row, logits) if drawn and logits is not None else None)
         return self.eos if tok is None else tok
+
+    def refused(self, b: int, row: list[int], logits: torch.Tensor) -> tuple[int, ...]:
+        """The tokens the decoder refuses after row `b`'s answer `row`, among the likeliest under `logits`:
+        judged in order of probability until `TRACE_MASS` of it is judged or `TRACE_MAX` tokens are."""
+        p = torch.softmax(logits.float(), dim=-1)
+        top = torch.topk(p, min(TRACE_MAX, p.numel()))
+        base, mass, out = self._text(row), 0.0, []
+        for pt, tok in zip(top.values.tolist(), top.indices.tolist(), strict=True):
+            if mass >= TRACE_MASS:
+                break
+            mass += pt
+            if not self._ok(row, tok, base, b):
+                out.append(tok)
+        return tuple(out)
+
+    def trace(self, b: int, row: list[int]) -> Trace:
+        """Row `b`'s `Trace` once its answer `row` is written (a sampler made with `trace=True`)."""
+        assert self.traces is not None
+        refused = self.traces.get(b, [])
+        assert len(refused) == len(row), (len(refused), len(row))
+        return Trace(tuple(row), tuple(refused))

@@ -16,6 +16,8 @@ from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, PreTrainedTokenizerBase
 
 from alphagym.artifacts import MANIFEST, verify_manifest, write_manifest
+from alphagym.briefs.catalogue import load_catalogue
+from alphagym.briefs.contract import BriefContracts
 from alphagym.dsl.parser import Limits
 from alphagym.dsl.prefix import PrefixChecker
 from alphagym.errors import ArtifactError, PolicyError
@@ -30,6 +32,7 @@ from alphagym.policy.backends import (
     unwrapped_base,
     wrap_adapter,
 )
+from alphagym.policy.grammar import Trace
 from alphagym.policy.sampling import Sampling
 from alphagym.policy.scoring import Scoring
 
@@ -47,7 +50,9 @@ class Policy(Sampling, Scoring):
     system_prompt: str = SYSTEM_PROMPT
     micro_batch: int = 16
     grammar: PrefixChecker | None = None       # set: grammar-constrained decoding (`set_decoding`)
+    contracts: BriefContracts | None = None    # set: each catalogue brief's contract too (`decoding: brief`)
     decode_stats: dict[str, int] = field(default_factory=dict)   # the grammar sampler's draws, rejections
+    last_traces: list[list[Trace | None]] = field(default_factory=list, repr=False)   # `generate(trace=True)`
     base_model: str = ""                       # `hf`: the base's folder, written into every save of the policy
     # run a repeated prompt once (`_prefill`, `_grouped_logits`); off: the reference the benchmarks time
     share_prompts: ClassVar[bool] = True
@@ -86,10 +91,17 @@ class Policy(Sampling, Scoring):
         return path
 
 
-def set_decoding(policy: Policy, decoding: Decoding, limits: LimitsParams) -> Policy:
-    """Grammar-constrained or free sampling (`policy.decoding`), with the `dsl.limits` the verifier applies (so
-    the decoder never allows what the verifier would refuse for its shape)."""
-    policy.grammar = PrefixChecker(Limits.from_params(limits)) if decoding == "grammar" else None
+def set_decoding(policy: Policy, decoding: Decoding, limits: LimitsParams, tolerance: float) -> Policy:
+    """Brief-constrained, grammar-constrained or free sampling (`policy.decoding`), with the `dsl.limits` the
+    verifier applies (so the decoder never allows what the verifier would refuse for its shape). `brief`:
+    a catalogue brief's answers keep its hard checks (`briefs.contract`; `tolerance`: `briefs.horizon_tolerance`),
+    any other prompt the grammar alone."""
+    policy.contracts = BriefContracts(load_catalogue(), tolerance, Limits.from_params(limits)) \
+        if decoding == "brief" else None
+    if policy.contracts is not None:
+        policy.grammar = policy.contracts.grammar
+    else:
+        policy.grammar = PrefixChecker(Limits.from_params(limits)) if decoding == "grammar" else None
     return policy
 
 

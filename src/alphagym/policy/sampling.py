@@ -12,7 +12,7 @@ import torch
 
 from alphagym.errors import PolicyError
 from alphagym.policy.decode import sample
-from alphagym.policy.grammar import GrammarSampler
+from alphagym.policy.grammar import GrammarSampler, Trace
 
 
 class Sampling:
@@ -26,16 +26,22 @@ class Sampling:
     # --- sampling ---
     @torch.no_grad()
     def generate(self, briefs: Sequence[str], n: int = 1, temperature: float = 1.0, seed: int = 0,
-                 progress: Callable[[Iterable[int]], Iterable[int]] | None = None) -> list[list[str]]:
+                 progress: Callable[[Iterable[int]], Iterable[int]] | None = None,
+                 trace: bool = False) -> list[list[str]]:
         """`n` answers per brief. temperature 0 is greedy. Same seed, same answers: each micro-batch draws
         its noise from a generator seeded from `seed` (`decode.sample`), whatever the machine's thread
         count, and the process's global random state is left alone. `progress` wraps the micro-batches
-        (e.g. a tqdm bar)."""
+        (e.g. a tqdm bar). `trace` (constrained decoding): `last_traces` holds each answer's `Trace`, in
+        the same nesting, for the log-probabilities of the restricted distribution (`answer_forward`)."""
         for b in briefs:
             if not isinstance(b, str) or not b.strip():
                 raise PolicyError(f"empty brief at position {list(briefs).index(b)}")
         prompts = [self.prompt(b) for b in briefs for _ in range(n)]
+        # each prompt's own checker under `decoding: brief`, compiled before any sampling (an unsatisfiable
+        # catalogue brief is refused up front)
+        checkers = [self.contracts.checker(b) for b in briefs for _ in range(n)] if self.contracts is not None else None
         out: list[str] = []
+        traces: list[Trace | None] = []
         self.model.eval()
         model = self.sampling_model()
         gen = torch.Generator().manual_seed(int(seed))
@@ -46,7 +52,9 @@ class Sampling:
             noise = torch.Generator().manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
             sampler = None
             if self.grammar is not None:
-                sampler = GrammarSampler(self.tokenizer, self.grammar, self.max_new_tokens)
+                sampler = GrammarSampler(self.tokenizer, self.grammar, self.max_new_tokens,
+                                         rows=checkers[i:i + self.micro_batch] if checkers else None,
+                                         trace=trace)
             rows = sample(model, lambda chunk=chunk, enc=enc: self._prefill(model, chunk, enc), enc["attention_mask"],
                           self.max_new_tokens, self.tokenizer.eos_token_id, temperature, noise, sampler,
                           stepper=self.stepper)
@@ -54,6 +62,8 @@ class Sampling:
                 for k, v in sampler.stats.items():
                     self.decode_stats[k] = self.decode_stats.get(k, 0) + v
             out += self.tokenizer.batch_decode(rows, skip_special_tokens=True)
+            traces += [sampler.trace(b, row) if sampler is not None and trace else None for b, row in enumerate(rows)]
+        self.last_traces = [traces[k * n:(k + 1) * n] for k in range(len(briefs))]
         return [out[k * n:(k + 1) * n] for k in range(len(briefs))]
 
     def _prefill(self, model: Any, chunk: Sequence[str], enc: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:

@@ -10,13 +10,50 @@ from typing import Any
 
 import torch
 
+from alphagym.policy.grammar import Trace
+
+
+def restrict(lp: torch.Tensor, logp: torch.Tensor, target: torch.Tensor, mask: torch.Tensor,
+             traces: Sequence[Trace | None]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probabilities of the distribution constrained decoding drew from, and the mask of drawn tokens.
+
+    lp, mask: (batch, k), the model's log-probability of each answer token and where answer tokens are;
+    logp: (batch, k, vocab) the model's log-softmax; target: (batch, k) the answer tokens. A drawn token t
+    with refused tokens R (its trace) was drawn from the model's distribution restricted to the tokens not
+    refused, renormalised: log pi_A(t) = log pi(t) - log(1 - sum_{r in R} pi(r)). A forced token (trace
+    entry None) was not drawn (its probability under the sampler is 1): it leaves the mask, so it moves no
+    ratio and no gradient. A row without a trace, or whose tokens are not its trace's (`answer_forward` scores
+    a traced answer as the tokens it was sampled as, so only a guard), keeps the model's own
+    log-probabilities. Differentiable through `logp`."""
+    rows, cols, toks = [], [], []
+    keep = mask.clone()
+    for i, tr in enumerate(traces):
+        if tr is None:
+            continue
+        at = mask[i].nonzero().flatten().tolist()          # the answer's columns, first token first
+        n = len(tr.ids)
+        if n > len(at) or target[i, at[:n]].tolist() != list(tr.ids):
+            continue
+        for j, refused in enumerate(tr.refused):
+            if refused is None:
+                keep[i, at[j]] = False
+            else:
+                rows += [i] * len(refused)
+                cols += [at[j]] * len(refused)
+                toks += list(refused)
+    if rows:
+        r, c, t = (torch.tensor(x, dtype=torch.long, device=lp.device) for x in (rows, cols, toks))
+        gone = torch.zeros_like(lp).index_put((r, c), logp[r, c, t].exp(), accumulate=True)
+        lp = lp - torch.log1p(-gone.clamp(max=1.0 - 1e-6))
+    return lp.masked_fill(~keep, 0.0), keep
+
 
 class Scoring:
     # --- scoring ---
-    def encode_pairs(self, briefs: Sequence[str], answers: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor,
-                                                                                      torch.Tensor, int]:
+    def encode_pairs(self, briefs: Sequence[str], answers: Sequence[str], traces: Sequence[Trace | None] | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
         """Left-padded prompt+answer ids, attention mask, answer mask (over the last `k` positions), k."""
-        enc = self.encode_suffixes(briefs, answers, [])
+        enc = self.encode_suffixes(briefs, answers, [], traces)
         assert enc is not None          # every prompt starts with the empty prefix
         return enc
 
@@ -42,17 +79,18 @@ class Scoring:
             self._prefix_ids = ids
         return self._prefix_ids or None
 
-    def encode_suffixes(self, briefs: Sequence[str], answers: Sequence[str], prefix: list[int]
+    def encode_suffixes(self, briefs: Sequence[str], answers: Sequence[str], prefix: list[int],
+                        traces: Sequence[Trace | None] | None = None
                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int] | None:
         """Left-padded ids, attention mask and answer mask (over the last `k` positions) of each sequence
         after the shared prefix, and k (None if a prompt does not start with exactly those ids)."""
         n = len(prefix)
         seqs, n_ans = [], []
-        for b, a in zip(briefs, answers, strict=True):
+        for i, (b, a) in enumerate(zip(briefs, answers, strict=True)):
             p = self.tokenizer(self.prompt(b), add_special_tokens=False)["input_ids"]
             if p[:n] != prefix:
                 return None
-            ans = self._answer_ids(a)
+            ans = self._answer_ids(a, traces[i] if traces is not None else None)
             seqs.append(p[n:] + ans)
             n_ans.append(len(ans))
         ids, att = self._pad(seqs, left=True)
@@ -62,10 +100,14 @@ class Scoring:
             ans_mask[i, k - m:] = True
         return ids, att, ans_mask, k
 
-    def _answer_ids(self, answer: str) -> list[int]:
-        """An answer's tokens as the policy writes them: at most `max_new_tokens`, then the end token."""
-        return self.tokenizer(answer, add_special_tokens=False)["input_ids"][: self.max_new_tokens] + \
-            [self.tokenizer.eos_token_id]
+    def _answer_ids(self, answer: str, trace: Trace | None = None) -> list[int]:
+        """An answer's tokens as the policy writes them: at most `max_new_tokens`, then the end token. With
+        its `trace`, the tokens it was sampled as (its text tokenised again can split differently, e.g. where
+        the forced completion began)."""
+        eos = self.tokenizer.eos_token_id
+        if trace is not None:
+            return [*trace.ids] if trace.ids and trace.ids[-1] == eos else [*trace.ids, eos]
+        return self.tokenizer(answer, add_special_tokens=False)["input_ids"][: self.max_new_tokens] + [eos]
 
     def _pad(self, seqs: Sequence[list[int]], left: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Token rows padded to the longest (on the left or the right) and their attention mask."""
@@ -78,7 +120,8 @@ class Scoring:
             att[i, cols] = 1
         return ids, att
 
-    def _logits(self, briefs: Sequence[str], answers: Sequence[str], share_prefix: bool
+    def _logits(self, briefs: Sequence[str], answers: Sequence[str], share_prefix: bool,
+                traces: Sequence[Trace | None] | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """(logits predicting each answer token, those tokens, answer mask, shift), each (batch, k, ...).
 
@@ -92,12 +135,12 @@ class Scoring:
         the model sees about a third of the tokens it sees when only the system turn is shared."""
         prefix = self.shared_prefix() if share_prefix else None
         if share_prefix and self.share_prompts and 2 * len(set(briefs)) <= len(briefs):   # worth a third call
-            out = self._grouped_logits(briefs, answers, prefix or [])
+            out = self._grouped_logits(briefs, answers, prefix or [], traces)
             if out is not None:
                 return out
-        enc = self.encode_suffixes(briefs, answers, prefix) if prefix else None
+        enc = self.encode_suffixes(briefs, answers, prefix, traces) if prefix else None
         if enc is None:
-            ids, att, ans_mask, k = self.encode_pairs(briefs, answers)
+            ids, att, ans_mask, k = self.encode_pairs(briefs, answers, traces)
             ids, att = ids.to(self.device), att.to(self.device)
             pos = (att.cumsum(-1) - 1).clamp(min=0)
             logits = self.model(input_ids=ids, attention_mask=att, position_ids=pos, logits_to_keep=k + 1).logits
@@ -121,7 +164,8 @@ class Scoring:
         out.cache.batch_repeat_interleave(batch)
         return out.cache
 
-    def _grouped_logits(self, briefs: Sequence[str], answers: Sequence[str], prefix: list[int]
+    def _grouped_logits(self, briefs: Sequence[str], answers: Sequence[str], prefix: list[int],
+                        traces: Sequence[Trace | None] | None = None
                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None:
         """`_logits` for a batch whose prompts repeat: the system turn once, each distinct prompt's rest
         once (left-padded after the system turn), then every answer (right-padded) on its prompt's cache.
@@ -144,7 +188,8 @@ class Scoring:
                          logits_to_keep=1)
         cache = out.cache
         cache.batch_select_indices(which)
-        a_ids, a_att = (t.to(dev) for t in self._pad([self._answer_ids(a) for a in answers], left=False))
+        a_ids, a_att = (t.to(dev) for t in self._pad([self._answer_ids(a, traces[i] if traces is not None else None)
+                                                           for i, a in enumerate(answers)], left=False))
         k, mask = a_ids.shape[1], a_att.bool()
         att = torch.cat([torch.ones((len(answers), n), dtype=p_att.dtype, device=dev), p_att[which], a_att], dim=1)
         pos = n + p_att.sum(-1)[which, None] + torch.arange(k, device=dev)[None]
@@ -155,18 +200,22 @@ class Scoring:
         return pred, a_ids, mask, shift
 
     def answer_forward(self, briefs: Sequence[str], answers: Sequence[str], adapter: bool = True,
-                       grad: bool = False, entropy: bool = False, share_prefix: bool = True
+                       grad: bool = False, entropy: bool = False, share_prefix: bool = True,
+                       traces: Sequence[Trace | None] | None = None
                        ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """(log-probs, entropies or None, mask) over the answer tokens, each (batch, k), answers left-padded
         (ending at the last position). The entropy of the next-token distribution at each answer position is
         what the RL trainer's controllers and token selection read; it comes from the same logits at no extra
-        forward pass."""
+        forward pass. `traces` (one per answer, from `generate(trace=True)`): the log-probabilities of the
+        distribution each answer was drawn from (`restrict`)."""
         ctx = nullcontext() if adapter or not self.has_adapter else self.model.disable_adapter()
         grad_ctx = nullcontext() if grad else torch.no_grad()
         with ctx, grad_ctx:
-            pred, target, ans_mask, shift = self._logits(briefs, answers, share_prefix)
+            pred, target, ans_mask, shift = self._logits(briefs, answers, share_prefix, traces)
             logp = torch.log_softmax(pred.float(), dim=-1)
             lp = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1).masked_fill(~ans_mask, 0.0)
+            if traces is not None:
+                lp, ans_mask = restrict(lp, logp, target, ans_mask, traces)
             ent = None
             if entropy:
                 with torch.no_grad():

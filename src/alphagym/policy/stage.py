@@ -69,18 +69,18 @@ def _evaluate_on_holdout(policy: Policy, holdout: list[dict[str, Any]], verifier
     what the model itself writes, and what the constrained sampler makes of it. Returns (the decoding's stats
     with its decoder counts, the free decoding's stats or None, the decoding's answer rows); the policy is left
     with the configured decoding."""
-    set_decoding(policy, params.policy.decoding, params.dsl.limits)
+    set_decoding(policy, params.policy.decoding, params.dsl.limits, params.briefs.horizon_tolerance)
     stats, rows = evaluate_policy(policy, holdout, verifier, cat, tol, ev.samples, ev.temperature, seed, desc=desc)
     stats["decode_rejected_share"] = rejected_share(policy.decode_stats)
     stats["decode_steered_share"] = steered_share(policy.decode_stats)
     stats["decode_dead_ends"] = policy.decode_stats.get("dead_ends", 0)
     policy.decode_stats.clear()
     free = None
-    if params.policy.decoding == "grammar":
-        policy.grammar = None
+    if params.policy.decoding != "free":
+        set_decoding(policy, "free", params.dsl.limits, params.briefs.horizon_tolerance)
         free, _ = evaluate_policy(policy, holdout, verifier, cat, tol, ev.samples, ev.temperature, seed,
                                   desc=f"{desc} free")
-        set_decoding(policy, params.policy.decoding, params.dsl.limits)
+        set_decoding(policy, params.policy.decoding, params.dsl.limits, params.briefs.horizon_tolerance)
     return stats, free, rows
 
 
@@ -106,7 +106,7 @@ def sft(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Stage
     n_train = sum(p.numel() for p in policy.model.parameters() if p.requires_grad)
     report: dict[str, Any] = {"backend": item, "corpus_pairs": corpus_pairs, "pairs": len(pairs),
                               "parameters": n_params, "trainable_parameters": n_train, "holdout_briefs": len(holdout)}
-    grammar = params.policy.decoding == "grammar"
+    grammar = params.policy.decoding != "free"
 
     def evaluate(key: str, seed: int) -> list:
         stats, free, rows = _evaluate_on_holdout(policy, holdout, verifier, cat, tol, ev, seed, params,
@@ -121,7 +121,7 @@ def sft(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Stage
     curve = train_sft(policy, list(pairs["brief"]), list(pairs["answer"]), scfg, seed,
                       log=lambda m, s: run.log_metrics({f"sft/{k}": v for k, v in m.items()}, step=s),
                       progress=lambda it: tqdm(it, desc=f"sft {item}", unit="step", mininterval=2))
-    set_decoding(policy, params.policy.decoding, params.dsl.limits)
+    set_decoding(policy, params.policy.decoding, params.dsl.limits, params.briefs.horizon_tolerance)
     part, report["self_distill"] = self_distill(
         policy, pairs, read_briefs(deps["briefs_train"], cat), verifier, cat, tol, scfg,
         params.sft.eval.temperature, seed, first_step=len(curve), desc=f"{item} self-distill",
@@ -170,7 +170,7 @@ def filter_briefs(params: Params, deps: dict[str, Path], outs: dict[str, Path], 
     torch.set_num_threads(params.policy.threads)
     briefs = read_briefs(deps["briefs_train"], cat)
     policy = set_decoding(load_policy(deps["policy"], params.policy.hf.nf4), params.policy.decoding,
-                          params.dsl.limits)
+                          params.dsl.limits, params.briefs.horizon_tolerance)
     verifier = _verifier(params, deps["train"])
     tol = params.briefs.horizon_tolerance
     groups = scored_answers(policy, briefs, verifier, cat, tol, cfg.samples, cfg.temperature, seed,

@@ -174,7 +174,8 @@ def _ship_adapter(ship: RungResult, rl: Rl, folder: Path) -> None:
         card += ["## Loading", "", "A peft adapter (Hugging Face format) on the SFT policy (merged, when it has an "
                  "adapter itself). With the SFT policy folder at hand:", "", "```python",
                  "from alphagym.rl.checkpoints import sft_base, at_checkpoint",
-                 "base = sft_base('results/sft/tiny/policy', params.policy, params.dsl.limits)",
+                 "base = sft_base('results/sft/tiny/policy', params.policy, params.dsl.limits, "
+                 "params.briefs.horizon_tolerance)",
                  "policy = at_checkpoint(base, Path(ADAPTER))",
                  "policy.generate([brief], n=1, temperature=0.0)", "```", "",
                  "or `peft.PeftModel.from_pretrained(base, ADAPTER)` on the same base (`base/` holds the tiny "

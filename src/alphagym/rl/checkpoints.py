@@ -36,15 +36,15 @@ def set_threads(recipe: RlRecipe) -> None:
     numba.set_num_threads(min(recipe.numba_threads, numba.config.NUMBA_NUM_THREADS))
 
 
-def sft_base(sft_policy: Path, cfg: PolicyParams, limits: LimitsParams) -> Policy:
+def sft_base(sft_policy: Path, cfg: PolicyParams, limits: LimitsParams, tolerance: float) -> Policy:
     """The policy every rung starts from: the SFT policy with its adapter (if any) merged, so the merged SFT
     policy is the reference and a rung trains a fresh adapter on it; decoding as `policy.decoding` says, within
-    the verifier's `dsl.limits`."""
+    the verifier's `dsl.limits` (`tolerance`: `briefs.horizon_tolerance`, for `decoding: brief`)."""
     policy = load_policy(sft_policy, cfg.hf.nf4)
     if policy.has_adapter:
         policy.model = policy.model.merge_and_unload()
     policy.model.eval()
-    return set_decoding(policy, cfg.decoding, limits)
+    return set_decoding(policy, cfg.decoding, limits, tolerance)
 
 
 def list_checkpoints(folder: Path) -> list[tuple[int, Path]]:
@@ -89,4 +89,4 @@ def at_checkpoint(base: Policy, checkpoint: Path | None) -> Policy:
         raise PolicyError(f"cannot load the adapter in {checkpoint}: {type(exc).__name__}: {exc}") from None
     model.eval()
     return Policy(model, base.tokenizer, base.backend, base.max_new_tokens, base.system_prompt, base.micro_batch,
-                  base.grammar, base_model=base.base_model)
+                  base.grammar, contracts=base.contracts, base_model=base.base_model)

@@ -39,7 +39,7 @@ from alphagym.config import to_builtin
 from alphagym.errors import ArtifactError, PolicyError, ResumeError
 from alphagym.params import RlRecipe
 from alphagym.policy.backends import base_fingerprint
-from alphagym.policy.grammar import rejected_share, steered_share
+from alphagym.policy.grammar import Trace, rejected_share, steered_share
 from alphagym.policy.model import META, Policy
 from alphagym.rl.advantages import group_advantages
 from alphagym.rl.controllers import AdaptiveClip, ZetaThermostat
@@ -100,15 +100,20 @@ class Trainer:
         idx = rng.choice(len(self.briefs), size=n, replace=n > len(self.briefs))
         return [self.briefs[i] for i in idx]
 
-    def _sample(self, briefs: Sequence[Mapping[str, Any]], step: int, stream: int) -> list[list[str]]:
-        return self.policy.generate([b["text"] for b in briefs], n=self.cfg.answers_per_brief,
-                                    temperature=self.cfg.temperature, seed=step_seed(self.seed, step, stream))
+    def _sample(self, briefs: Sequence[Mapping[str, Any]], step: int, stream: int
+                ) -> tuple[list[list[str]], list[list[Trace | None]]]:
+        """Each brief's answers and, under constrained decoding, their traces (how each was drawn: the
+        update's log-probabilities are those of the distribution the decoder drew from)."""
+        answers = self.policy.generate([b["text"] for b in briefs], n=self.cfg.answers_per_brief,
+                                       temperature=self.cfg.temperature, seed=step_seed(self.seed, step, stream),
+                                       trace=self.policy.grammar is not None)
+        return answers, self.policy.last_traces
 
     def rollout(self, step: int) -> tuple[list[Mapping[str, Any]], list[list[str]], list[list[Scored]],
-                                          dict[str, float]]:
+                                          dict[str, float], list[list[Trace | None]]]:
         t0 = time.perf_counter()
         briefs = self._draw(step, self.cfg.briefs_per_step, 0)
-        answers = self._sample(briefs, step, 1)
+        answers, traces = self._sample(briefs, step, 1)
         t1 = time.perf_counter()
         scored = [self.env.score(a, b) for a, b in zip(answers, briefs)]
         t2 = time.perf_counter()
@@ -130,10 +135,10 @@ class Trainer:
                 replaced += len(flat)
                 new_briefs = self._draw(step, len(flat), 10 + 2 * r)
                 t1 = time.perf_counter()
-                new_answers = self._sample(new_briefs, step, 11 + 2 * r)
+                new_answers, new_traces = self._sample(new_briefs, step, 11 + 2 * r)
                 t2 = time.perf_counter()
-                for i, b, a in zip(flat, new_briefs, new_answers):
-                    briefs[i], answers[i], scored[i] = b, a, self.env.score(a, b)
+                for i, b, a, tr in zip(flat, new_briefs, new_answers, new_traces):
+                    briefs[i], answers[i], scored[i], traces[i] = b, a, self.env.score(a, b), tr
                 timing["time/generation"] += t2 - t1
                 timing["time/scoring"] += time.perf_counter() - t2
         timing.update({"refill/rounds": float(rounds), "refill/groups_replaced": float(replaced)})
@@ -146,7 +151,7 @@ class Trainer:
         t3 = time.perf_counter()
         self.env.commit([s for g in scored for s in g])
         timing["time/scoring"] += time.perf_counter() - t3
-        return briefs, answers, scored, timing
+        return briefs, answers, scored, timing, traces
 
     # --- 3. advantages ------------------------------------------------------------------------------------------
     def advantages(self, scored: Sequence[Sequence[Scored]]) -> np.ndarray:
@@ -160,17 +165,23 @@ class Trainer:
         return np.concatenate(out)
 
     # --- 4-5. the update ----------------------------------------------------------------------------------------
-    def _forward(self, briefs: list[str], answers: list[str], adapter: bool, grad: bool, entropy: bool
+    def _forward(self, briefs: list[str], answers: list[str], adapter: bool, grad: bool, entropy: bool,
+                 traces: Sequence[Trace | None] | None = None
                  ) -> list[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]]:
         mb = self.cfg.micro_batch
         return [self.policy.answer_forward(briefs[i:i + mb], answers[i:i + mb], adapter=adapter, grad=grad,
-                                           entropy=entropy) for i in range(0, len(briefs), mb)]
+                                           entropy=entropy, traces=None if traces is None else traces[i:i + mb])
+                for i in range(0, len(briefs), mb)]
 
-    def update(self, briefs: list[str], answers: list[str], adv: np.ndarray) -> dict[str, float]:
+    def update(self, briefs: list[str], answers: list[str], adv: np.ndarray,
+               traces: Sequence[Trace | None] | None = None) -> dict[str, float]:
+        """The policy update on a step's answers; `traces` (constrained decoding): every log-probability,
+        the reference's included, is that of the distribution the decoder drew from (`policy.scoring.restrict`)."""
         cfg = self.cfg
         mb = cfg.micro_batch
         t0 = time.perf_counter()
-        ref = [lp for lp, _, _ in self._forward(briefs, answers, adapter=False, grad=False, entropy=False)]
+        ref = [lp for lp, _, _ in self._forward(briefs, answers, adapter=False, grad=False, entropy=False,
+                                                traces=traces)]
         t1 = time.perf_counter()
         adv_t = torch.tensor(adv, dtype=torch.float32, device=self.policy.device)
         n_tokens = 0.0
@@ -184,7 +195,8 @@ class Trainer:
             self.opt.zero_grad(set_to_none=True)
             for k, i in enumerate(range(0, len(briefs), mb)):
                 lp, ent, mask = self.policy.answer_forward(briefs[i:i + mb], answers[i:i + mb], grad=True,
-                                                           entropy=True)
+                                                           entropy=True,
+                                                           traces=None if traces is None else traces[i:i + mb])
                 assert ent is not None
                 if it == 0:
                     old.append(lp.detach())
@@ -222,12 +234,13 @@ class Trainer:
     def train_step(self, step: int) -> dict[str, float]:
         torch.manual_seed(step_seed(self.seed, step, 2))          # adapter dropout
         t0 = time.perf_counter()
-        briefs, answers, scored, timing = self.rollout(step)
+        briefs, answers, scored, timing, traces = self.rollout(step)
         adv = self.advantages(scored)
         flat_b = [b["text"] for b, g in zip(briefs, answers) for _ in g]
         flat_a = [a for g in answers for a in g]
         flat_s = [s for g in scored for s in g]
-        upd = self.update(flat_b, flat_a, adv)
+        flat_t = [t for g in traces for t in g]
+        upd = self.update(flat_b, flat_a, adv, flat_t if any(t is not None for t in flat_t) else None)
         rewards = np.array([combined(s.channels, self.env.priorities) for s in flat_s])
         group_std = [float(np.std([combined(s.channels, self.env.priorities) for s in g])) for g in scored]
         lengths = [len(self.policy.tokenizer(a, add_special_tokens=False)["input_ids"]) for a in flat_a]

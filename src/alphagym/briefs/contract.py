@@ -1,0 +1,623 @@
+"""A brief as a contract the decoder keeps (`policy.decoding: brief`).
+
+`compile_brief` turns a brief's four checkable fields and its horizon (`briefs/compliance.py`) into a
+`Contract`; `ContractChecker` is the grammar's prefix checker (`dsl.prefix.PrefixChecker`) with the
+contract added, so the sampler that keeps answers grammatical keeps them compliant too:
+
+- **An answer is done only when it complies**: `<alpha>FORMULA</alpha>` is 'done' when the formula parses
+  and passes every hard check (`compliance.check`: mechanism, horizon, input rule, structure, forbidden);
+  a formula that parses but breaks one is 'dead'. So every valid answer complies, by construction.
+- **A prefix dies at the token that breaks a rule no continuation can repair** (`violation`, read off the
+  prefix's tokens): a forbidden operator or field, an operator used more often than allowed, a window
+  longer than the horizon allows, more distinct fields than allowed, a smoothed bare price over more
+  sessions than allowed, time-series operators nested deeper than allowed, more nodes than allowed, an
+  outermost operator other than the required one, or an outermost call closed while a requirement is
+  still unmet. These counts only grow as text is appended, so a prefix refused here has no compliant
+  completion; that is what keeps the sampler from writing into a formula it would have to throw away.
+- **Requirements the model has not met are met by the completion** ("must use volume", "exactly one
+  ts_corr", the horizon's window): the closing search (`PrefixChecker.completion`) also tries appending
+  a witness, a short formula that meets the whole contract on its own, as an operand (` + W`). The
+  witnesses come from a fixed library of small formulas (`library`) filtered by the contract's facts; a
+  brief for which the library has none is a `BriefError` when it is compiled, which the brief generator
+  never draws (`generate.contradicts`; a test checks that the two agree on every catalogue combination).
+
+Whether a prefix has a compliant completion is not decided exactly (as the grammar's own viability is
+not): a prefix the rules above keep may still find none in the search budget, and its answer then ends
+invalid rather than non-compliant. The sampled distribution is the model's distribution restricted to the
+tokens this checker keeps, renormalised (`policy.grammar`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+
+from alphagym.briefs.catalogue import Catalogue
+from alphagym.briefs.compliance import PRICE_FIELDS, SMOOTHERS, check, max_window, ts_nesting
+from alphagym.briefs.generate import read_text
+from alphagym.dsl.ast import Call, Field, Node, walk
+from alphagym.dsl.canonical import fields_used
+from alphagym.dsl.errors import DslError
+from alphagym.dsl.lexer import Token
+from alphagym.dsl.parser import Limits, parse
+from alphagym.dsl.prefix import CLOSE, OPEN, PrefixChecker
+from alphagym.dsl.registry import ALIASES, FIELDS, OPS
+from alphagym.errors import BriefError
+from alphagym.panel import DSL_FIELDS
+
+_INFIX = {s.infix: n for n, s in OPS.items() if s.infix}
+_INFIX["?"] = "where"
+UNLIMITED = 10**9
+
+
+@dataclass(frozen=True)
+class Contract:
+    """What a brief asks of a formula, merged over its fields. `window`: the range of the longest window."""
+
+    require_ops: tuple[frozenset[str], ...] = ()
+    require_fields: tuple[frozenset[str], ...] = ()
+    forbid_ops: frozenset[str] = frozenset()
+    forbid_fields: frozenset[str] = frozenset()
+    op_counts: tuple[tuple[str, int, int], ...] = ()          # (op, min, max)
+    root: str | None = None
+    window: tuple[float, float] = (0.0, math.inf)
+    long_price_sums: int | None = None
+    max_ts_nesting: int = UNLIMITED
+    max_nodes: int = UNLIMITED
+    distinct_fields: tuple[int, int] = (0, UNLIMITED)
+
+
+def merge_specs(specs: list[Mapping[str, Any]], horizon: int, tolerance: float) -> Contract:
+    """One contract from the catalogue's check specs (one per brief field) and the brief's horizon."""
+    get = lambda key: [s[key] for s in specs if key in s]              # noqa: E731
+    dist = get("distinct_fields")
+    sums = get("forbid_long_price_sums")
+    return Contract(
+        require_ops=tuple(frozenset(g) for s in specs for g in s.get("require_ops", [])),
+        require_fields=tuple(frozenset(g) for s in specs for g in s.get("require_fields", [])),
+        forbid_ops=frozenset(o for s in specs for o in s.get("forbid_ops", [])),
+        forbid_fields=frozenset(f for s in specs for f in s.get("forbid_fields", [])),
+        op_counts=tuple((c["op"], int(c.get("min", 0)), int(c.get("max", UNLIMITED))) for c in get("op_count")),
+        root=(get("root") or [None])[0],
+        window=(horizon / (1.0 + tolerance), horizon * (1.0 + tolerance)),
+        long_price_sums=min(int(x) for x in sums) if sums else None,
+        max_ts_nesting=min([int(x) for x in get("max_ts_nesting")], default=UNLIMITED),
+        max_nodes=min([int(x) for x in get("max_nodes")], default=UNLIMITED),
+        distinct_fields=(max([int(d.get("min", 0)) for d in dist], default=0),
+                         min([int(d.get("max", UNLIMITED)) for d in dist], default=UNLIMITED)),
+    )
+
+
+def brief_specs(brief: Mapping[str, Any], catalogue: Catalogue) -> list[Mapping[str, Any]]:
+    return [catalogue.spec("mechanisms", brief["mechanism"]), catalogue.spec("input_rules", brief["input_rule"]),
+            catalogue.spec("structures", brief["structure"]), catalogue.spec("forbidden", brief["forbidden"])]
+
+
+# --- the facts of a prefix, read off its tokens ---
+
+@dataclass
+class Facts:
+    """What a prefix already uses; every count only grows as text is appended (`nodes` counts only the
+    nodes certain to be in the parse: calls, infix operators and fields)."""
+
+    ops: dict[str, int]
+    fields: set[str]
+    max_window: float
+    ts_depth: int
+    nodes: int
+    long_sum: tuple[str, str, float] | None      # (smoother, price field, window)
+    first: str | None                           # the first token's text (lower case), None when empty
+    root_call: bool                             # the formula starts with a call whose name is complete
+    root_closed: bool                           # ... and that call's ')' has been written
+    after_root: bool = False                    # ... and a token after it
+
+
+def scan(tokens: list[Token], text_end: int) -> Facts:
+    """Facts of a formula prefix from its tokens (the lexer's, 'end' last). A name or number that touches
+    the end of the text may still grow: a name is not counted until a token follows it; a number is read
+    as written (appending digits only makes a window longer)."""
+    ops: dict[str, int] = {}
+    fields: set[str] = set()
+    stack: list[list[Any]] = []          # per open '(': [op or None, argument index]
+    longest, ts_open, ts_depth, nodes = 0.0, 0, 0, 0
+    long_sum = None
+    toks = [t for t in tokens if t.kind != "end"]
+    first = toks[0].text.lower() if toks else None
+    root_call = len(toks) >= 2 and toks[0].kind == "name" and toks[1].text == "("
+    root_closed = False
+    prev: Token | None = None
+    after_root = False
+    for i, t in enumerate(toks):
+        after_root = after_root or root_closed
+        nxt = toks[i + 1] if i + 1 < len(toks) else None
+        if t.kind == "name":
+            low = t.text.lower()
+            if nxt is not None and nxt.text == "(":
+                op = ALIASES.get(low, low)
+                ops[op] = ops.get(op, 0) + 1
+                nodes += 1
+            elif nxt is None and t.pos + len(t.text) >= text_end:
+                pass                                     # may still grow into another name
+            elif low in FIELDS:
+                fields.add(low)
+                nodes += 1
+            elif low.startswith("adv") and low[3:].isdigit():
+                for op in ("ts_mean", "mul"):
+                    ops[op] = ops.get(op, 0) + 1
+                fields |= {"close", "volume"}
+                nodes += 4
+                longest = max(longest, float(low[3:]))
+                ts_depth = max(ts_depth, ts_open + 1)
+        elif t.kind == "num":
+            if stack and stack[-1][0] is not None:
+                op, k = stack[-1]
+                spec = OPS.get(op)
+                if spec is not None and spec.kind == "ts" and k == spec.arity:
+                    longest = max(longest, t.value)
+                    if (op in SMOOTHERS and k == 1 and i >= 3 and toks[i - 1].text == ","
+                            and toks[i - 2].kind == "name" and toks[i - 2].text.lower() in PRICE_FIELDS
+                            and toks[i - 3].text == "("):
+                        long_sum = (op, toks[i - 2].text.lower(), t.value) \
+                            if long_sum is None or t.value > long_sum[2] else long_sum
+        else:
+            s = t.text
+            if s == "(":
+                op = ALIASES.get(prev.text.lower(), prev.text.lower()) if prev is not None and prev.kind == "name" \
+                    else None
+                stack.append([op, 0])
+                if op is not None and OPS.get(op) is not None and OPS[op].kind == "ts":
+                    ts_open += 1
+                    ts_depth = max(ts_depth, ts_open)
+            elif s == ")":
+                if stack:
+                    op, _ = stack.pop()
+                    if op is not None and OPS.get(op) is not None and OPS[op].kind == "ts":
+                        ts_open -= 1
+                    if not stack and root_call:
+                        root_closed = True
+            elif s == ",":
+                if stack:
+                    stack[-1][1] += 1
+            elif s == ":":
+                pass
+            elif s == "-" and (prev is None or (prev.kind == "op" and prev.text != ")")):
+                pass                                     # unary: a literal's sign or a neg node
+            elif s in _INFIX:
+                op = _INFIX[s]
+                ops[op] = ops.get(op, 0) + 1
+                nodes += 1
+        prev = t
+    return Facts(ops, fields, longest, ts_depth, nodes, long_sum, first, root_call, root_closed, after_root)
+
+
+def unmet(c: Contract, ops: Mapping[str, int], fields: set[str], longest: float) -> list[str]:
+    """The requirements a formula with these facts has not met yet (empty: all met)."""
+    out = [f"one of {sorted(g)}" for g in c.require_ops if not any(ops.get(o, 0) for o in g)]
+    out += [f"one of the fields {sorted(g)}" for g in c.require_fields if not (g & fields)]
+    out += [f"{op} at least {lo} times" for op, lo, _ in c.op_counts if ops.get(op, 0) < lo]
+    if len(fields - {"sector"}) < c.distinct_fields[0]:
+        out.append(f"at least {c.distinct_fields[0]} fields")
+    if longest < c.window[0]:
+        out.append(f"a window of at least {math.ceil(c.window[0])}")
+    return out
+
+
+def violation(c: Contract, f: Facts) -> str | None:
+    """A broken rule that no appended text can repair, or None."""
+    bad = sorted(c.forbid_ops & set(f.ops))
+    if bad:
+        return f"uses forbidden {', '.join(bad)}"
+    bad = sorted(c.forbid_fields & f.fields)
+    if bad:
+        return f"uses forbidden field {', '.join(bad)}"
+    for op, _, hi in c.op_counts:
+        if f.ops.get(op, 0) > hi:
+            return f"uses {op} more than {hi} times"
+    if f.max_window > c.window[1]:
+        return f"window {f.max_window:g} is longer than {c.window[1]:.0f}"
+    if len(f.fields - {"sector"}) > c.distinct_fields[1]:
+        return f"more than {c.distinct_fields[1]} distinct fields"
+    if c.long_price_sums is not None and f.long_sum is not None and f.long_sum[2] > c.long_price_sums:
+        return f"{f.long_sum[0]}({f.long_sum[1]}, {f.long_sum[2]:g}) is a long price sum"
+    if f.ts_depth > c.max_ts_nesting:
+        return f"nests {f.ts_depth} time-series operators"
+    if f.nodes > c.max_nodes:
+        return f"more than {c.max_nodes} nodes"
+    if c.root is not None and f.first is not None:
+        if not c.root.startswith(f.first) or (f.root_call and f.first != c.root):
+            return f"outermost operator is not {c.root}"
+        if f.after_root:
+            return f"text after the outermost {c.root}(...)"
+        if f.root_closed and unmet(c, f.ops, f.fields, f.max_window):
+            return f"{c.root}( is closed with a requirement unmet"
+    return None
+
+
+# --- witnesses: small formulas that meet a contract on their own ---
+
+_LEAVES = (*DSL_FIELDS, "(high - low)", "(close - open)", "(close / vwap)", "(open / delay(close, 1))")
+_TS1 = tuple(sorted(n for n, s in OPS.items() if s.kind == "ts" and s.arity == 1 and n != "delay"))
+_TS2 = ("ts_corr", "ts_cov")
+_WRAPS = ("rank({x})", "sign({x})", "-{x}", "indneutralize({x}, IndClass.sector)", "ts_rank({x}, {s})",
+          "ts_zscore({x}, {s})", "ts_decay_linear({x}, {s})", "ts_ema({x}, {s})", "ts_std({x}, {s})",
+          "ts_max({x}, {s})", "ts_argmax({x}, {s})", "ts_delta({x}, {s})", "ts_mean({x}, {s}) / ts_mean({x}, {w})",
+          "rank({x}) - rank(returns)", "rank({x}) - rank(volume)", "ts_slope({x}, {s})", "ts_kurt({x}, {s})",
+          "ts_skew({x}, {s})", "ts_sum({x}, {s})")
+_OP_INDEX = {op: i for i, op in enumerate(OPS)}
+_FIELD_INDEX = {f: i for i, f in enumerate(DSL_FIELDS)}
+# how two terms are joined into one witness: the template, and the operators it adds
+_JOINS = (("{a}", {}), ("{a} + {b}", {"add": 1}), ("rank({a}) - rank({b})", {"sub": 1, "rank": 2}))
+_POOL = 300            # the fewest-node terms that break no rule of the contract, paired with each other
+
+
+def _templates() -> list[str]:
+    """Terms with a main window `{w}` and a short one `{s}`: a core (a field, a composite, a time-series
+    operator over one, a correlation of two fields), bare or under one wrapper."""
+    cores = [*_LEAVES, *(f"{op}({x}, {{w}})" for op in _TS1 for x in _LEAVES),
+             *(f"{op}({a}, {b}, {{w}})" for op in _TS2 for a, b in combinations(DSL_FIELDS, 2))]
+    return [*cores, *(wrap.replace("{x}", core) for core in cores for wrap in _WRAPS)]
+
+
+@dataclass(frozen=True)
+class Library:
+    """The witness terms and their facts, one row each, as arrays (a contract filters them at once)."""
+
+    texts: tuple[str, ...]
+    ops: np.ndarray            # terms x operators: count
+    fields: np.ndarray         # terms x fields: used
+    nesting: np.ndarray
+    nodes: np.ndarray
+    root: np.ndarray           # operator index of the root, -1 for a field
+    price_sum: np.ndarray      # a smoother of a bare price field over the main window
+
+
+@lru_cache(maxsize=1)
+def library() -> Library:
+    """Parsed once a process (about 5,000 terms; windows 20 and 5 stand for the main and short ones)."""
+    texts, ops, fields, nesting, nodes, root, price_sum = [], [], [], [], [], [], []
+    for t in _templates():
+        try:
+            ast = parse(t.replace("{w}", "20").replace("{s}", "5"))
+        except DslError:
+            continue
+        row = np.zeros(len(_OP_INDEX), np.int16)
+        for n in walk(ast):
+            if isinstance(n, Call):
+                row[_OP_INDEX[n.op]] += 1
+        used = np.zeros(len(_FIELD_INDEX), bool)
+        for f in fields_used(ast):
+            if f in _FIELD_INDEX:
+                used[_FIELD_INDEX[f]] = True
+        texts.append(t)
+        ops.append(row)
+        fields.append(used)
+        nesting.append(ts_nesting(ast))
+        nodes.append(sum(1 for _ in walk(ast)))
+        root.append(_OP_INDEX[ast.op] if isinstance(ast, Call) else -1)
+        price_sum.append(any(isinstance(n, Call) and n.op in SMOOTHERS and n.window == 20
+                             and isinstance(n.args[0], Field) and n.args[0].name in PRICE_FIELDS for n in walk(ast)))
+    return Library(tuple(texts), np.array(ops), np.array(fields), np.array(nesting), np.array(nodes),
+                   np.array(root), np.array(price_sum))
+
+
+def _windows(c: Contract, limits: Limits) -> list[tuple[int, int]]:
+    """(main, short) window pairs whose main window is in the contract's range, nearest its middle first."""
+    lo, hi = math.ceil(c.window[0] - 1e-9), min(math.floor(c.window[1] + 1e-9), limits.max_window)
+    mid = round(math.sqrt(c.window[0] * c.window[1]))
+    mains = sorted({x for x in (mid, lo, hi) if lo <= x <= hi}, key=lambda x: abs(x - mid))
+    return [(w, s) for w in mains for s in (5, 2) if s <= w]
+
+
+def witnesses(c: Contract, limits: Limits | None = None, k: int = 4) -> tuple[str, ...]:
+    """Up to `k` formulas that meet the contract on their own (checked in full): those `built` for it,
+    else the library's, fewest nodes first (one term, or two joined by `_JOINS`, under the required root
+    when there is one). The library's search costs about 0.1 s a contract; every catalogue brief has a
+    built witness (tests/test_contract.py), so it is the fallback for contracts written by hand."""
+    limits = limits or Limits()
+    out = tuple(dict.fromkeys(built(c, limits)))[:k]
+    return out or _witnesses(c, limits, k)
+
+
+# the fields a built witness takes first, and its operators' preference where a group offers several
+_FIELD_ORDER = ("close", "returns", "volume", "high", "low", "open", "vwap")
+_OP_ORDER = ("ts_mean", "ts_rank", "ts_corr", "ts_std", "ts_zscore", "ts_delta", "ts_decay_linear", "ts_ema",
+             "ts_sum", "ts_max", "ts_min", "ts_slope", "ts_skew", "ts_kurt", "ts_argmax", "ts_argmin", "ts_cov",
+             "delay", "rank", "sign", "div", "indneutralize")
+
+
+_SIGNED = ("ts_corr", "ts_cov", "ts_slope", "ts_delta", "ts_zscore", "ts_skew")
+
+
+def _piece(op: str, f: str, g: str, w: int, s: int) -> str:
+    """One term that uses `op` (over field `f`, and `g` where it takes two inputs) with main window `w`."""
+    spec = OPS[op]
+    if op == "indneutralize":
+        return f"indneutralize({f}, IndClass.sector)"
+    if op == "div":
+        return f"({f} / {g})"
+    if spec.kind == "ts":
+        return f"{op}({f}, {g}, {w})" if spec.arity == 2 else f"{op}({f}, {w})"
+    if spec.infix:
+        return f"({f} {spec.infix} {g})"
+    return f"{op}({f})" if spec.arity == 1 else f"{op}({f}, {g})"
+
+
+@lru_cache(maxsize=4096)
+def built(c: Contract, limits: Limits) -> tuple[str, ...]:
+    """Witnesses built for the contract, goal first: the fewest fields that meet its field requirements and
+    counts, the fewest operators that meet its operator groups and counts (one that meets several groups
+    first), each operator a term over those fields at the middle of the horizon's window range, the terms
+    summed, wrappers (`rank`, `sign`, ...) around a time-series term, under the required root. Variants
+    differ in the order of the fields; each is kept only if it `holds`."""
+    windows = _windows(c, limits)
+    if not windows:
+        return ()
+    w, s = windows[0]
+    allowed = [f for f in _FIELD_ORDER if f not in c.forbid_fields]
+    fields: list[str] = []
+    for g in c.require_fields:
+        if not g & set(fields):
+            pick = next((f for f in allowed if f in g), None)
+            if pick is None:
+                return ()
+            fields.append(pick)
+    groups = [set(g) - c.forbid_ops for g in c.require_ops]
+    if any(not g for g in groups):
+        return ()
+    ops: list[str] = []
+    while groups:
+        best = min(set().union(*groups), key=lambda o: (-sum(o in g for g in groups),
+                                                        _OP_ORDER.index(o) if o in _OP_ORDER else len(_OP_ORDER), o))
+        ops.append(best)
+        groups = [g for g in groups if best not in g]
+    for op, lo, _ in c.op_counts:
+        ops += [op] * max(0, lo - ops.count(op) - (op == c.root))
+    ts_ops = [o for o in ops if OPS[o].kind == "ts" and o != "delay"]
+    if not ts_ops:                       # the horizon's window needs a time-series operator
+        extra = next((o for o in _OP_ORDER if OPS[o].kind == "ts" and o not in c.forbid_ops and o != "delay"
+                      and all(o != op or hi > 0 for op, _, hi in c.op_counts)), None)
+        if extra is None:
+            return ()
+        ops.append(extra)
+    two = any(OPS[o].arity == 2 for o in ops)
+    need = max(c.distinct_fields[0], len(fields), 2 if two and c.distinct_fields[1] >= 2 else 1)
+    for f in allowed:
+        if len(fields) >= need:
+            break
+        if f not in fields:
+            fields.append(f)
+    if not fields or len(fields) > c.distinct_fields[1]:
+        return ()
+    wraps = [o for o in ops if OPS[o].kind != "ts" and OPS[o].arity == 1 and o != "indneutralize"]
+    terms = [o for o in ops if o not in wraps]
+    out = []
+    for shift in range(len(fields)):
+        order = fields[shift:] + fields[:shift]
+        # a smoother of a bare price field over a long window is a long price sum: smooth a non-price field
+        long_sum = c.long_price_sums is not None and w > c.long_price_sums
+        pieces = []
+        for i, op in enumerate(terms):
+            f = order[i % len(order)]
+            if long_sum and op in SMOOTHERS and f in PRICE_FIELDS:
+                f = next((x for x in order if x not in PRICE_FIELDS), f"rank({f})")
+            g = next((x for x in order if x != f), f)
+            pieces.append(_piece(op, f, g, w, s))
+        used = set(fields_used(parse(" + ".join(pieces), limits))) if pieces else set()
+        pieces += [x for x in order if x not in used]
+        # a wrapper goes around a term whose sign varies (`sign` of a positive average is a constant, which
+        # the parser refuses): a relationship or a change first, then any time-series term
+        heads = [p.split("(")[0] for p in pieces]
+        targets = sorted(range(len(pieces)), key=lambda i: (heads[i] not in _SIGNED, OPS.get(heads[i]) is None
+                                                            or OPS[heads[i]].kind != "ts", i))
+        for target in targets[: 1 + len(terms)] if wraps else [0]:
+            wrapped = list(pieces)
+            for op in wraps:
+                wrapped[target] = f"{op}({wrapped[target]})"
+            text = " + ".join(wrapped)
+            if c.root is not None:
+                text = f"{c.root}({text})"
+            try:
+                ast = parse(text, limits)
+            except DslError:
+                continue
+            if holds(c, ast):
+                out.append(text)
+                break
+    return tuple(out)
+
+
+def _ix(names: frozenset[str] | set[str], index: dict[str, int]) -> list[int]:
+    return [index[n] for n in sorted(names) if n in index]
+
+
+@lru_cache(maxsize=4096)
+def _witnesses(c: Contract, limits: Limits, k: int) -> tuple[str, ...]:
+    lib = library()
+    # the pool: terms that break no rule on their own, fewest nodes first
+    keep = lib.nesting <= c.max_ts_nesting
+    if c.forbid_ops:
+        keep &= lib.ops[:, _ix(c.forbid_ops, _OP_INDEX)].sum(axis=1) == 0
+    if c.forbid_fields:
+        keep &= ~lib.fields[:, _ix(c.forbid_fields, _FIELD_INDEX)].any(axis=1)
+    for op, _, hi in c.op_counts:
+        keep &= lib.ops[:, _OP_INDEX[op]] <= hi
+    if c.long_price_sums is not None and math.ceil(c.window[0] - 1e-9) > c.long_price_sums:
+        keep &= ~lib.price_sum
+    pool = np.array(sorted(np.flatnonzero(keep), key=lambda i: (lib.nodes[i], i))[:_POOL], int)
+    if not len(pool):
+        return ()
+    ops, fields, nodes = lib.ops[pool].astype(int), lib.fields[pool], lib.nodes[pool]
+    root_add = {c.root: 1} if c.root is not None else {}
+    found: list[tuple[int, str]] = []
+    for join, added in _JOINS:
+        pair = "{b}" in join
+        a_ix, b_ix = (np.repeat(np.arange(len(pool)), len(pool)), np.tile(np.arange(len(pool)), len(pool))) \
+            if pair else (np.arange(len(pool)), None)
+        extra = dict(added)
+        rooted = c.root is not None and not (join.startswith(c.root + "(") and not pair)
+        if rooted:
+            for op, n in root_add.items():
+                extra[op] = extra.get(op, 0) + n
+        o = ops[a_ix] + (ops[b_ix] if pair else 0)
+        for op, n in extra.items():
+            o[:, _OP_INDEX[op]] += n
+        f = fields[a_ix] | (fields[b_ix] if pair else False)
+        size = nodes[a_ix] + (nodes[b_ix] + sum(added.values()) if pair else 0) + (1 if rooted else 0)
+        ok = (size <= c.max_nodes) & (f.sum(axis=1) >= c.distinct_fields[0]) & (f.sum(axis=1) <= c.distinct_fields[1])
+        if pair:
+            ok &= a_ix < b_ix
+        for g in c.require_ops:
+            ok &= o[:, _ix(g, _OP_INDEX)].sum(axis=1) > 0
+        for g in c.require_fields:
+            ok &= f[:, _ix(g, _FIELD_INDEX)].any(axis=1)
+        for op, lo, hi in c.op_counts:
+            ok &= (o[:, _OP_INDEX[op]] >= lo) & (o[:, _OP_INDEX[op]] <= hi)
+        for j in sorted(np.flatnonzero(ok), key=lambda j: (size[j], j))[: 8 * k]:
+            text = join.replace("{a}", lib.texts[pool[a_ix[j]]])
+            if pair:
+                text = text.replace("{b}", lib.texts[pool[b_ix[j]]])
+            if rooted:
+                text = f"{c.root}({text})"
+            found.append((int(size[j]), text))
+    out: list[str] = []
+    for _, text in sorted(found):
+        for w, s in _windows(c, limits):
+            formula = text.replace("{w}", str(w)).replace("{s}", str(s))
+            try:
+                ast = parse(formula, limits)
+            except DslError:
+                continue
+            if holds(c, ast):
+                out.append(formula)
+                break
+        if len(out) == k:
+            break
+    return tuple(out)
+
+
+def holds(c: Contract, ast: Node) -> bool:
+    """Every hard check of the contract, on a parsed formula."""
+    ops: dict[str, int] = {}
+    for n in walk(ast):
+        if isinstance(n, Call):
+            ops[n.op] = ops.get(n.op, 0) + 1
+    fields = set(fields_used(ast)) - {"sector"}
+    longest = max_window(ast)
+    if longest is None or unmet(c, ops, fields, float(longest)):
+        return False
+    f = Facts(ops, fields, float(longest), ts_nesting(ast), sum(1 for _ in walk(ast)), None,
+              ast.op if isinstance(ast, Call) else None, isinstance(ast, Call), False)
+    if c.long_price_sums is not None:
+        for n in walk(ast):
+            if (isinstance(n, Call) and n.op in SMOOTHERS and (n.window or 0) > c.long_price_sums
+                    and isinstance(n.args[0], Field) and n.args[0].name in PRICE_FIELDS):
+                return False
+    if c.root is not None and f.first != c.root:
+        return False
+    return violation(c, f) is None
+
+
+def compile_brief(brief: Mapping[str, Any], catalogue: Catalogue, tolerance: float,
+                  limits: Limits | None = None) -> Contract:
+    """A brief's contract; a BriefError naming the brief when no formula of the witness library meets it
+    (its fields contradict each other, or ask for more than a short formula can give)."""
+    c = merge_specs(brief_specs(brief, catalogue), int(brief["horizon"]), tolerance)
+    if not witnesses(c, limits, 1):
+        fields = ", ".join(f"{k}={brief[k]}" for k in ("mechanism", "horizon", "input_rule", "structure", "forbidden"))
+        name = f"brief {brief['id']}: " if brief.get("id") else ""
+        raise BriefError(f"{name}no formula meets this brief ({fields}): its constraints cannot be kept together")
+    return c
+
+
+class ContractChecker(PrefixChecker):
+    """The grammar's prefix checker with a brief's contract (module docstring): 'done' only for a compliant
+    formula, 'dead' at a prefix that breaks a rule no continuation repairs, and witnesses among the pieces
+    its completion search tries."""
+
+    def __init__(self, contract: Contract, brief: Mapping[str, Any], catalogue: Catalogue, tolerance: float,
+                 limits: Limits | None = None, fields: tuple[str, ...] = DSL_FIELDS) -> None:
+        super().__init__(limits, fields)
+        self.contract, self.brief, self.catalogue, self.tolerance = contract, brief, catalogue, tolerance
+        self.witness_pieces = tuple(f" + {w}" for w in witnesses(contract, self.limits))
+
+    def _state(self, text: str) -> str:
+        st = super()._state(text)
+        if st == "dead":
+            return st
+        body = text.lstrip(" \t\n")[len(OPEN):] if text.lstrip(" \t\n").startswith(OPEN) else ""
+        end = body.find(CLOSE)
+        if st == "done":
+            return "done" if self._complies(body[:end]) else "dead"
+        if not body:
+            return st
+        if self.viable(body) and self._keeps(body):
+            return "open"
+        lt = body.rfind("<")            # the closing tag begun: the formula before it must comply
+        if lt >= 0 and CLOSE.startswith(body[lt:]) and self.complete(body[:lt]) and self._complies(body[:lt]):
+            return "open"
+        return "dead"
+
+    def _keeps(self, formula: str) -> bool:
+        try:
+            tokens = self._tokens(formula)
+        except DslError:
+            return True              # the grammar's own check decides
+        return violation(self.contract, scan(tokens, len(formula))) is None
+
+    def _complies(self, formula: str) -> bool:
+        try:
+            ast = parse(formula, self.limits)
+        except DslError:
+            return False
+        return check(self.brief, ast, self.catalogue, self.tolerance).ok and holds(self.contract, ast)
+
+    def repairs(self, text: str) -> tuple[str, ...]:
+        """A witness as the whole formula of an empty answer, or added as an operand (` + W`) while the
+        formula has a requirement unmet; nothing once every requirement is met (the grammar closes it)."""
+        s = text.lstrip(" \t\n")
+        body = s[len(OPEN):] if s.startswith(OPEN) else ""
+        if not body.strip():
+            return tuple(w[3:] for w in self.witness_pieces)
+        try:
+            f = scan(self._tokens(body), len(body))
+        except DslError:
+            return ()
+        return self.witness_pieces if unmet(self.contract, f.ops, f.fields, f.max_window) else ()
+
+
+class BriefContracts:
+    """The checker the decoder keeps for each prompt: a catalogue brief's `ContractChecker`, compiled from the
+    brief's text (`generate.read_text`) the first time it is asked for, and the grammar's own checker for any
+    other text (a user's own words), which the decoder then answers under the grammar alone. A catalogue
+    brief no formula can meet is a BriefError (`compile_brief`)."""
+
+    def __init__(self, catalogue: Catalogue, tolerance: float, limits: Limits | None = None,
+                 fields: tuple[str, ...] = DSL_FIELDS, keep: int = 4096) -> None:
+        self.catalogue, self.tolerance, self.fields, self.keep = catalogue, tolerance, fields, keep
+        self.grammar = PrefixChecker(limits, fields)
+        self.limits = self.grammar.limits
+        self._checkers: dict[str, PrefixChecker] = {}
+
+    def checker(self, text: str) -> PrefixChecker:
+        ck = self._checkers.get(text)
+        if ck is None:
+            brief = read_text(self.catalogue, text)
+            if brief is None:
+                ck = self.grammar
+            else:
+                contract = compile_brief(brief, self.catalogue, self.tolerance, self.limits)
+                ck = ContractChecker(contract, brief, self.catalogue, self.tolerance, self.limits, self.fields)
+            if len(self._checkers) >= self.keep:        # a run's briefs are a few hundred; a bound all the same
+                self._checkers.pop(next(iter(self._checkers)))
+            self._checkers[text] = ck
+        return ck
+
+    def reads(self, text: str) -> bool:
+        """Whether the text is a catalogue brief the decoder keeps (else: the grammar alone)."""
+        return self.checker(text) is not self.grammar

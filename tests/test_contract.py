@@ -1,0 +1,169 @@
+"""A brief compiled into the prefix checker (briefs/contract.py): its witnesses meet the brief, it refuses
+exactly the briefs the generator calls contradictory, and the checker it makes lets only compliant answers
+finish (the fuzz below: cut formulas completed under random briefs)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from alphagym.briefs.catalogue import load_catalogue
+from alphagym.briefs.compliance import check
+from alphagym.briefs.contract import ContractChecker, brief_specs, built, compile_brief, merge_specs
+from alphagym.briefs.generate import FIELDS, contradicts, generate, read_text, render
+from alphagym.config import load_params
+from alphagym.dsl.errors import DslError
+from alphagym.dsl.parser import Limits, parse
+from alphagym.dsl.prefix import PrefixChecker
+from alphagym.dsl.random_formula import random_formula
+from alphagym.errors import BriefError
+from alphagym.params import Briefs
+from alphagym.policy.grammar import Trace
+from alphagym.policy.model import build_policy, set_decoding
+from cfg_helpers import policy_cfg
+
+TOL = 0.5
+
+
+@pytest.fixture(scope="module")
+def cat():
+    return load_catalogue()
+
+
+def _combos(cat) -> list[dict]:
+    return [dict(mechanism=m, horizon=h, input_rule=i, structure=s, forbidden=f)
+            for m, h, i, s, f in itertools.product(cat.ids("mechanisms"), (5, 21, 63, 252), cat.ids("input_rules"),
+                                                    cat.ids("structures"), cat.ids("forbidden"))]
+
+
+def test_a_brief_compiles_exactly_when_the_generator_draws_it_and_its_witnesses_comply(cat):
+    rng = np.random.default_rng(0)
+    combos = _combos(cat)
+    sample = [combos[i] for i in rng.choice(len(combos), 1500, replace=False)]
+    refused = 0
+    for b in sample:
+        witnesses = built(merge_specs(brief_specs(b, cat), b["horizon"], TOL), Limits())
+        assert bool(witnesses) != contradicts(cat, b), b
+        for w in witnesses:
+            assert check(b, parse(w), cat, TOL).ok, (b, w)
+        if contradicts(cat, b):
+            refused += 1
+            with pytest.raises(BriefError, match="cannot be kept together"):
+                compile_brief(b, cat, TOL)
+    assert 0 < refused < len(sample)          # both kinds are in the sample
+
+
+def test_the_checker_keeps_the_brief_and_completes_what_the_model_left_unmet(cat):
+    b = dict(id="t1", mechanism="volume_surge", horizon=21, input_rule="use_vwap", structure="ranked",
+             forbidden="no_argext")
+    ck = ContractChecker(compile_brief(b, cat, TOL), b, cat, TOL)
+    assert ck.state("<alpha>rank(") == "open"
+    assert ck.state("<alpha>ts_argmax(") == "dead"                    # forbidden
+    assert ck.state("<alpha>close") == "dead"                         # not under the required root
+    assert ck.state("<alpha>rank(ts_mean(volume, 400") == "dead"      # longer than the horizon allows
+    assert ck.state("<alpha>rank(volume)") == "dead"                  # the root closed, vwap still unmet
+    assert ck.state("<alpha>rank(ts_mean(volume, 21))</alpha>") == "dead"
+    assert ck.state("<alpha>rank(ts_mean(volume, 21) + vwap)</alpha>") == "done"
+    for prefix in ("<alpha>", "<alpha>rank(close", "<alpha>rank(ts_corr(close, open, 30"):
+        suffix = ck.completion(prefix)
+        assert suffix is not None and ck.state(prefix + suffix) == "done", prefix
+        formula = (prefix + suffix)[len("<alpha>"):-len("</alpha>")]
+        assert check(b, parse(formula), cat, TOL).ok, formula
+
+
+def test_cut_formulas_completed_under_random_briefs_comply(cat):
+    """Fuzz: 1,000 drawn briefs x a random formula cut at a random point: whenever the checker keeps the
+    prefix and completes it, the answer passes every hard check of its brief."""
+    rng = np.random.default_rng(1)
+    combos = [b for b in _combos(cat) if not contradicts(cat, b)]
+    completed = kept = 0
+    for k in range(1000):
+        b = {**combos[rng.integers(len(combos))], "id": f"f{k}"}
+        ck = ContractChecker(compile_brief(b, cat, TOL), b, cat, TOL)
+        formula = random_formula(int(rng.integers(1 << 30)), max_window=60)
+        prefix = "<alpha>" + formula[: int(rng.integers(0, len(formula) + 1))]
+        if ck.state(prefix) != "open":
+            continue
+        kept += 1
+        suffix = ck.completion(prefix)
+        if suffix is None:
+            continue
+        completed += 1
+        answer = prefix + suffix
+        assert ck.state(answer) == "done"
+        try:
+            ast = parse(answer[len("<alpha>"):-len("</alpha>")])
+        except DslError as e:                   # pragma: no cover - a done answer parses
+            pytest.fail(f"{answer}: {e}")
+        assert check(b, ast, cat, TOL).ok, (b, answer)
+    assert kept >= 200 and completed >= 0.9 * kept, (kept, completed)
+
+
+def test_a_rendered_brief_reads_back_and_other_text_does_not(cat):
+    train, holdout, _ = generate(cat, Briefs(train=300, holdout=40, holdout_family_share=0.15,
+                                             horizon_tolerance=TOL), 3)
+    for b in train + holdout:
+        assert read_text(cat, b["text"]) == {k: b[k] for k in FIELDS}, b["id"]
+    assert read_text(cat, "Prices only, a 63-day horizon, no ts_argmax.") is None
+    assert read_text(cat, train[0]["text"].replace("Target horizon", "Horizon")) is None
+
+
+def _tiny(max_new_tokens: int, texts: list[str]):
+    """An untrained tiny policy whose tokenizer has seen the briefs and a few formulas: it writes gibberish
+    unless ruled, so the decoder does all the work."""
+    cfg = {"threads": 1, "max_new_tokens": max_new_tokens, "micro_batch": 8, "adapter": {},
+           "tiny": {"vocab_size": 600, "hidden_size": 32, "intermediate_size": 64, "layers": 2, "heads": 4,
+                    "kv_heads": 2, "max_positions": 512, "adapter": "none"}}
+    formulas = [f"<alpha>{random_formula(s, max_window=60)}</alpha>" for s in range(200)]
+    return build_policy("tiny", policy_cfg(cfg), [*texts, *formulas], seed=0)
+
+
+def test_brief_decoding_keeps_each_rows_own_brief_and_leaves_free_text_to_the_grammar(cat):
+    """Sampled answers (an untrained policy, so the contract does all the steering): every answer that ends
+    valid passes every hard check of its own brief, with briefs of different contracts side by side in a
+    micro-batch; a prompt that is no catalogue brief is answered under the grammar alone, exactly as
+    `decoding: grammar` answers it; an unsatisfiable catalogue brief is refused before sampling."""
+    train, _, _ = generate(cat, Briefs(train=24, holdout=8, holdout_family_share=0.15, horizon_tolerance=TOL), 5)
+    pol = _tiny(96, [b["text"] for b in train])
+    limits = load_params().dsl.limits
+    set_decoding(pol, "brief", limits, TOL)
+    out = pol.generate([b["text"] for b in train], n=2, temperature=1.0, seed=1)
+    assert out == pol.generate([b["text"] for b in train], n=2, temperature=1.0, seed=1)       # seeded
+    grammar = PrefixChecker()
+    valid = 0
+    for b, answers in zip(train, out):
+        for a in answers:
+            if grammar.state(a) == "done":
+                valid += 1
+                ast = parse(a.strip()[len("<alpha>"):-len("</alpha>")])
+                assert check(b, ast, cat, TOL).ok, (b["id"], a, check(b, ast, cat, TOL).failed)
+    assert valid >= len(train), valid                  # most answers end valid (the forced completion)
+    # control: the grammar alone lets the same policy end valid answers that break their brief
+    set_decoding(pol, "grammar", limits, TOL)
+    loose = pol.generate([b["text"] for b in train], n=2, temperature=1.0, seed=1)
+    assert any(grammar.state(a) == "done" and not check(b, parse(a.strip()[7:-8]), cat, TOL).ok
+               for b, answers in zip(train, loose) for a in answers)
+    set_decoding(pol, "brief", limits, TOL)
+    # traced (as the RL trainer samples): the same answers, and the update's log-probabilities are those of
+    # the restricted distribution (tests/test_grammar_decoding.py checks the formula on a hand-made case)
+    texts = [b["text"] for b in train[:6]]
+    traced = pol.generate(texts, n=2, temperature=1.0, seed=4, trace=True)
+    traces = [t for g in pol.last_traces for t in g]
+    assert traced == pol.generate(texts, n=2, temperature=1.0, seed=4)
+    flat_b, flat_a = [t for t in texts for _ in range(2)], [a for g in traced for a in g]
+    plain = [Trace(t.ids, tuple(() for _ in t.refused)) for t in traces]     # the sampled tokens, unrestricted
+    lp0, _, m0 = pol.answer_forward(flat_b, flat_a, traces=plain)
+    lp1, _, m1 = pol.answer_forward(flat_b, flat_a, traces=traces)
+    assert bool((m1 <= m0).all()) and bool((m1 < m0).any())                     # forced tokens leave the mask
+    assert bool((lp1[m1] >= lp0[m1] - 1e-5).all()) and bool((lp1[m1] > lp0[m1] + 1e-3).any())
+    free_text = "Design an alpha from prices only."
+    assert not pol.contracts.reads(free_text) and pol.contracts.reads(train[0]["text"])
+    ruled = pol.generate([free_text], n=4, temperature=1.0, seed=2)
+    set_decoding(pol, "grammar", limits, TOL)
+    assert ruled == pol.generate([free_text], n=4, temperature=1.0, seed=2)
+    bad = next(b for b in _combos(cat) if contradicts(cat, b))
+    set_decoding(pol, "brief", limits, TOL)
+    with pytest.raises(BriefError, match="cannot be kept together"):
+        pol.generate([render(cat, {**bad, "risk": cat.ids("risks")[0]})], n=1, seed=0)
