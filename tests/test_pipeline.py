@@ -582,6 +582,21 @@ def test_snakemake_run_reruns_on_params_and_code_and_agrees_with_dvc(root, tmp_p
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout)["valid"] is True
+    # `alphagym propose` answers from the pulled artifacts with the holdout panel absent (it never reads it):
+    # every valid answer passes every hard check of its brief
+    holdout = clone / stage_table(load_params(clone / "params.yaml", ["profile=smoke"]))["panel"].outs["holdout"]
+    holdout.rename(holdout.with_name("away.parquet"))
+    try:
+        done = subprocess.run([str(BIN / "alphagym"), "propose", "--set", "profile=smoke", "--mechanism", "reversal",
+                               "--horizon", "21", "--inputs", "price_only", "--structure", "ranked", "--forbidden",
+                               "no_argext", "-k", "16", "--book", "--json"], cwd=clone, env=cenv,
+                              capture_output=True, text=True)
+    finally:
+        holdout.with_name("away.parquet").rename(holdout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [proposed] = json.loads(done.stdout)["briefs"]
+    assert proposed["constrained"] == "brief" and proposed["valid"] >= 1, proposed
+    assert all(r["compliant"] and all(r["checks"].values()) for r in proposed["proposals"]), proposed
     # the report rerun by hand writes the bytes the sender's Snakemake run wrote (.dvcignore: Snakemake's
     # timestamp file in a directory output is not part of it)
     assert _dvc_changed(clone) == set()

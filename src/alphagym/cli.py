@@ -193,6 +193,79 @@ def cmd_score(args: argparse.Namespace) -> int:
     return code
 
 
+def cmd_propose(args: argparse.Namespace) -> int:
+    from alphagym.briefs.catalogue import load_catalogue
+    from alphagym.propose.propose import (
+        FIELDS,
+        brief_from_fields,
+        brief_from_text,
+        load_proposer,
+        propose,
+        read_brief_file,
+    )
+
+    params = _params(args)
+    cat = load_catalogue()
+    fields = {f: getattr(args, f) for f in FIELDS if getattr(args, f) is not None}
+    given = [bool(args.brief is not None), bool(fields), bool(args.briefs)]
+    if sum(given) != 1:
+        raise ConfigError("give one of: a BRIEF text, catalogue fields (--mechanism, --horizon, --input-rule, "
+                          "--structure, --forbidden, [--risk]), or --briefs FILE")
+    if args.k < 1 or args.n < 1:
+        raise ConfigError(f"-k and -n must be at least 1 (got -k {args.k}, -n {args.n})")
+    briefs = (read_brief_file(Path(args.briefs), cat) if args.briefs
+              else [brief_from_fields(cat, fields)] if fields else [brief_from_text(cat, args.brief)])
+    policy, source = load_proposer(params, Path(args.checkpoint) if args.checkpoint else None)
+    import torch
+
+    torch.set_num_threads(params.policy.threads)
+    out = propose(params, policy, briefs, k=args.k, n=args.n, temperature=args.temperature,
+                  seed=params.seed if args.seed is None else args.seed, book=args.book)
+    out["policy"] = source
+    if args.json:
+        print(json.dumps(out, indent=1, default=float))
+        return 0
+    _print_proposals(out)
+    return 0
+
+
+def _print_proposals(out: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    con.print(f"[dim]policy {out['policy']}; {out['k']} answers a brief at temperature {out['temperature']:g}, "
+              f"seed {out['seed']}; scored on the train window[/]")
+    if out.get("note"):
+        con.print(f"[yellow]note[/] {out['note']}")
+    for b in out["briefs"]:
+        f = b.get("fields")
+        shown = " · ".join(f"{k} {v}" for k, v in f.items() if k != "risk") if f else b["brief"]
+        con.print(f"\n[bold]brief[/] {shown}")
+        line = f"decoding: {b['constrained']}; {b['valid']} of {b['answers']} valid, {b['distinct']} distinct"
+        if b.get("compliant_share") is not None:
+            line += f"; compliant {b['compliant_share']:.2f} of the valid"
+        con.print(line)
+        if b.get("note"):
+            con.print(f"[yellow]note[/] {b['note']}")
+        t = Table("#", "train CPCV", "Sharpe", "turnover", "beta", "n", "checks", "formula")
+        t.columns[-1].overflow = "fold"
+        for i, r in enumerate(b["proposals"], 1):
+            failed = [c for c, ok in r["checks"].items() if not ok]
+            checks = "-" if not r["checks"] else f"fails {', '.join(failed)}" if failed else f"all {len(r['checks'])}"
+            t.add_row(str(i), f"{r['train_cpcv']:+.3f}", f"{r['train_sharpe_net']:+.2f}", f"{r['turnover']:.2f}",
+                      f"{r['beta']:+.2f}", str(r["count"]), checks, r["formula"])
+        con.print(t)
+    if "book" in out:
+        bk = out["book"]
+        if not bk or not bk.get("members"):
+            con.print("\n[bold]book[/] none" + (f": {bk['note']}" if bk else ": no valid answer"))
+        else:
+            con.print(f"\n[bold]book[/] (correlation-capped, chosen and measured on the train window): "
+                      f"{len(bk['members'])} formulas, Sharpe {bk['sharpe']:.2f}, beta {bk['beta']:+.2f}, "
+                      f"effective bets {bk['effective_bets']:.1f}, mean pairwise corr {bk['mean_pairwise_corr']:.2f}")
+
+
 AUTOSERVE_ENV = "ALPHAGYM_SCORE_AUTOSERVE"    # "0": `alphagym score` never starts a server by itself
 AUTOSERVE_IDLE_S = 900.0
 
@@ -319,6 +392,8 @@ TOOLS: list[tuple[str, str, Callable[[argparse.Namespace], int]]] = [
     ("score", f"score a formula (or a raw model answer) with the verifier's {len(Priorities.model_fields)} channels",
      cmd_score),
     ("serve", "keep a warm scoring process that answers `alphagym score` in this folder", cmd_serve),
+    ("propose", "answer a brief with the trained policy (k samples under the brief's constraints), scored on the "
+                "train window", cmd_propose),
 ]
 
 
@@ -366,6 +441,26 @@ def build_parser() -> argparse.ArgumentParser:
                                help="stop after S seconds without a request (default 3600)")
     subs["serve"].add_argument("--warm", choices=("train", "holdout"),
                                help="load the verifier of this window (and --params/--set) before the first request")
+    pp = subs["propose"]
+    pp.add_argument("brief", nargs="?", help="the brief's text (a catalogue brief's text keeps its checks; other "
+                                             "text runs under the grammar alone)")
+    pp.add_argument("-k", type=int, default=16, help="answers sampled per brief (default 16)")
+    pp.add_argument("-n", type=int, default=5, help="best distinct formulas shown per brief (default 5)")
+    pp.add_argument("--mechanism", help="catalogue mechanism id, e.g. reversal")
+    pp.add_argument("--horizon", type=int, help="target horizon in days, e.g. 21")
+    pp.add_argument("--input-rule", "--inputs", dest="input_rule", help="catalogue input rule id, e.g. price_only")
+    pp.add_argument("--structure", help="catalogue structure id, e.g. ranked")
+    pp.add_argument("--forbidden", help="catalogue constraint id, e.g. no_argext")
+    pp.add_argument("--risk", help="catalogue risk id (words the brief only; default: the catalogue's first)")
+    pp.add_argument("--briefs", metavar="FILE", help="answer a file of briefs: one a line, text or JSON (a brief "
+                                                     "record, or catalogue fields)")
+    pp.add_argument("--checkpoint", metavar="DIR", help="an RL checkpoint or a saved policy folder (default: the "
+                                                        "shipped adapter the report stage wrote)")
+    pp.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
+    pp.add_argument("--seed", type=int, help="sampling seed (default: params' seed)")
+    pp.add_argument("--book", action="store_true", help="add the correlation-capped book over all valid answers, "
+                                                        "chosen and measured on the train window")
+    pp.add_argument("--json", action="store_true", help="print JSON")
     subs["gates"].add_argument("report", nargs="?", help="gates.json (default: the world_model stage's)")
     subs["alpha101"].add_argument("--panel", help="panel for coverage (default: the train panel if built)")
     subs["alpha101"].add_argument("--json", action="store_true", help="print JSON")

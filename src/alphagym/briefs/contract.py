@@ -588,7 +588,11 @@ class ContractChecker(PrefixChecker):
             f = scan(self._tokens(body), len(body))
         except DslError:
             return ()
-        return self.witness_pieces if unmet(self.contract, f.ops, f.fields, f.max_window) else ()
+        if not unmet(self.contract, f.ops, f.fields, f.max_window):
+            return ()
+        if body.rstrip()[-1:] in ("(", ","):       # an operand is due: the witness is it (not ` + W`, a unary plus)
+            return tuple(" " + w[3:] for w in self.witness_pieces)
+        return self.witness_pieces
 
 
 class BriefContracts:

@@ -1,0 +1,217 @@
+"""Answer a user's briefs with a trained policy, and score the answers on the train window only.
+
+`alphagym propose` is the front door after training: a brief (catalogue fields, a catalogue brief's
+text, or free text) goes to the shipped policy (the report stage's `shipped_adapter` on the SFT policy) or
+to a checkpoint the user names; `k` answers are sampled under the brief's constraints
+(`policy.decoding: brief`: every valid answer passes every hard check of a catalogue brief; free text that
+is no catalogue brief runs under the grammar alone, and the result says so); the verifier scores them on
+the train panel, and the best `n` distinct formulas by train CPCV are returned with their score cards and
+compliance by check. `book` adds the correlation-capped book over every valid answer, chosen on train
+numbers (`books.metrics.capped_selection`) and measured on the train window.
+
+Nothing here reads the holdout panel or any stage output derived from it: the policy folders, the
+briefs catalogue and the train-window verifier inputs (train panel, novelty archive, stress worlds) are
+all it opens (tests/test_propose.py runs it with the holdout panel removed).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from alphagym.books.metrics import book_metrics, capped_selection
+from alphagym.briefs.catalogue import Catalogue, load_catalogue
+from alphagym.briefs.compliance import CHECKS, BriefChecker
+from alphagym.briefs.generate import contradicts, read_text, render
+from alphagym.errors import BriefError, PolicyError
+from alphagym.params import Params
+from alphagym.pipeline import stage_table
+from alphagym.policy.model import META, Policy, load_policy, set_decoding
+from alphagym.rl.checkpoints import at_checkpoint, sft_base
+from alphagym.verifier.loading import load_verifier
+from alphagym.verifier.verifier import Verifier
+
+# catalogue fields of a brief given as options; risk is not checked (it only words the brief)
+FIELDS = ("mechanism", "horizon", "input_rule", "structure", "forbidden", "risk")
+CHECKED = ("mechanism", "horizon", "input_rule", "structure", "forbidden")
+_PART = {"mechanism": "mechanisms", "input_rule": "input_rules", "structure": "structures",
+         "forbidden": "forbidden", "risk": "risks"}
+
+
+def brief_from_fields(cat: Catalogue, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A catalogue brief (its fields and rendered text) from field values; risk defaults to the catalogue's
+    first. A missing or unknown field, a horizon outside 1..2520, or fields that contradict each other is a
+    BriefError naming it."""
+    missing = [k for k in CHECKED if fields.get(k) in (None, "")]
+    if missing:
+        need = ", ".join(f"--{k.replace('_', '-')}" for k in missing)
+        raise BriefError(f"a brief from catalogue fields needs {need}")
+    b: dict[str, Any] = {}
+    for key in FIELDS:
+        value = fields.get(key)
+        if key == "horizon":
+            if not isinstance(value, int) or not 1 <= value <= 2520:
+                raise BriefError(f"horizon must be a number of days in 1..2520, not {value!r}")
+            b[key] = value
+            continue
+        value = cat.ids("risks")[0] if key == "risk" and value in (None, "") else value
+        cat.row(_PART[key], str(value))                 # a BriefError listing the ids when unknown
+        b[key] = str(value)
+    if contradicts(cat, b):
+        raise BriefError("these fields contradict each other (one forbids every field or operator another "
+                         f"requires): {', '.join(f'{k}={b[k]}' for k in CHECKED)}")
+    return {**b, "text": render(cat, b)}
+
+
+def read_brief_file(path: Path, cat: Catalogue) -> list[dict[str, Any]]:
+    """Briefs from a file, one a line: a JSON object (a brief record with `text`, or catalogue fields), or
+    plain text. Blank lines are skipped; a file without briefs, or a bad line, is a BriefError naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise BriefError("brief file not found", file=str(path))
+    out = []
+    for i, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        if line.lstrip().startswith("{"):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise BriefError(f"not JSON: {exc.msg}", file=str(path), line=i) from None
+            if not isinstance(row, dict):
+                raise BriefError("a brief must be a JSON object or a line of text", file=str(path), line=i)
+            if isinstance(row.get("text"), str) and row["text"].strip():
+                out.append(brief_from_text(cat, row["text"]))
+            else:
+                try:
+                    out.append(brief_from_fields(cat, row))
+                except BriefError as exc:
+                    raise BriefError(str(exc), file=str(path), line=i) from None
+        else:
+            out.append(brief_from_text(cat, line))
+    if not out:
+        raise BriefError("no briefs in file", file=str(path))
+    return out
+
+
+def brief_from_text(cat: Catalogue, text: str) -> dict[str, Any]:
+    """A brief from its text: a catalogue brief's fields when the text is one (`generate.read_text`), else
+    the text alone (answered under the grammar). An empty text is a BriefError."""
+    if not isinstance(text, str) or not text.strip():
+        raise BriefError("empty brief: give its text, or catalogue fields (--mechanism, --horizon, ...)")
+    fields = read_text(cat, text)
+    return {**(fields or {}), "text": text.strip() if fields is None else text}
+
+
+def load_proposer(params: Params, checkpoint: Path | None = None) -> tuple[Policy, str]:
+    """The policy that answers, with `policy.decoding` as configured, and where it came from. Default: the
+    shipped adapter (the report stage's, chosen on train CPCV) on the SFT policy of `rl.policy`, or that SFT
+    policy itself when the report shipped step 0. A
+    `checkpoint`: an RL checkpoint folder (put on that SFT policy) or a saved policy (an SFT policy). A
+    folder that is neither is a PolicyError naming it."""
+    table = stage_table(params)
+    sft_folder = Path(table[f"sft@{params.rl.policy}"].outs["policy"])
+    tol = params.briefs.horizon_tolerance
+    folder = Path(checkpoint) if checkpoint is not None else Path(table["report"].outs["adapter"])
+    if not folder.is_dir():
+        if checkpoint is not None:
+            raise PolicyError(f"{folder} is not a folder (give a checkpoint or policy folder)")
+        raise PolicyError(f"no shipped policy at {folder}: run the pipeline through `alphagym report` (make run, "
+                          "make smoke with --set profile=smoke), or give --checkpoint DIR")
+    meta_path = folder / META
+    if checkpoint is None and not meta_path.is_file() and (folder / "README.md").is_file():
+        # the report ships no adapter when step 0 (the SFT policy itself) had the best train CPCV
+        folder = sft_folder
+        meta_path = folder / META
+    if not meta_path.is_file():
+        raise PolicyError(f"{folder} is not a policy or checkpoint folder (no {META})")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise PolicyError(f"{meta_path} cannot be read: {exc}") from None
+    if isinstance(meta, dict) and "config_hash" in meta:          # an RL checkpoint: an adapter on the SFT policy
+        if not sft_folder.is_dir():
+            raise PolicyError(f"{folder} is an RL checkpoint on the SFT policy {sft_folder}, which is missing "
+                              "(run `alphagym sft`)")
+        return at_checkpoint(sft_base(sft_folder, params.policy, params.dsl.limits, tol), folder), str(folder)
+    policy = load_policy(folder, params.policy.hf.nf4)
+    return set_decoding(policy, params.policy.decoding, params.dsl.limits, tol), str(folder)
+
+
+def _card_row(card: Any, count: int) -> dict[str, Any]:
+    m = card.metrics
+    checks = {c: bool(m[f"compliance/{c}"]) for c in CHECKS if f"compliance/{c}" in m}
+    return {"formula": card.formula, "canonical": card.canonical, "count": count,
+            "train_cpcv": card.channels["cpcv"], "train_sharpe_net": m.get("sharpe_net"),
+            "turnover": m.get("turnover"), "beta": m.get("beta"), "ic": m.get("ic"),
+            "compliant": bool(m["compliant"]) if "compliant" in m else None, "checks": checks}
+
+
+def propose(params: Params, policy: Policy, briefs: Sequence[Mapping[str, Any]], k: int = 16, n: int = 5,
+            temperature: float = 1.0, seed: int = 0, book: bool = False,
+            verifier: Verifier | None = None) -> dict[str, Any]:
+    """`k` answers to each brief, the best `n` distinct valid formulas by train CPCV with their cards, and
+    (`book`) the capped book over all valid answers. A k or n below 1 is a BriefError."""
+    if k < 1 or n < 1:
+        raise BriefError(f"k and n must be at least 1 (k={k}, n={n})")
+    cat = load_catalogue()
+    tol = params.briefs.horizon_tolerance
+    note = None
+    if verifier is None:
+        verifier, note = load_verifier(params, "train")
+    texts = [b["text"] for b in briefs]
+    groups = policy.generate(texts, n=k, temperature=temperature, seed=seed)
+    out: dict[str, Any] = {"decoding": params.policy.decoding, "k": k, "temperature": temperature, "seed": seed,
+                           "briefs": []}
+    if note:
+        out["note"] = note
+    pool: dict[str, Any] = {}                  # canonical -> a valid card, over every brief (the book's pool)
+    for b, answers in zip(briefs, groups, strict=True):
+        kept = policy.contracts is not None and policy.contracts.reads(b["text"])
+        checker = BriefChecker({f: b[f] for f in FIELDS}, cat, tol) if all(f in b for f in CHECKED) else None
+        cards = verifier.score_group(list(answers), answer=True, brief=checker)
+        counts: dict[str, int] = {}
+        best: dict[str, Any] = {}
+        for c in cards:
+            if c.valid and c.canonical:
+                counts[c.canonical] = counts.get(c.canonical, 0) + 1
+                best.setdefault(c.canonical, c)
+                pool.setdefault(c.canonical, c)
+        ranked = sorted(best.values(), key=lambda c: -c.channels["cpcv"])[:n]
+        entry: dict[str, Any] = {
+            "brief": b["text"], "fields": {f: b[f] for f in FIELDS if f in b} or None,
+            "constrained": "brief" if kept else ("grammar" if policy.grammar is not None else "free"),
+            "answers": len(cards), "valid": sum(c.valid for c in cards), "distinct": len(best),
+            "proposals": [_card_row(c, counts[c.canonical]) for c in ranked]}
+        if not kept and policy.contracts is not None:
+            entry["note"] = "not a catalogue brief: answered under the grammar alone (no brief checks)"
+        if checker is not None:
+            valid = [c for c in cards if c.valid]
+            entry["compliant_share"] = (float(np.mean([c.metrics.get("compliant", 0.0) for c in valid]))
+                                        if valid else None)
+        out["briefs"].append(entry)
+    if book:
+        out["book"] = _book(params, verifier, list(pool.values()))
+    return out
+
+
+def _book(params: Params, verifier: Verifier, cards: Sequence[Any]) -> dict[str, Any] | None:
+    """The correlation-capped book over the valid answers (train CPCV order, `books.min_turnover`,
+    `books.max_corr`), measured on the train window it was chosen on."""
+    cards = [c for c in cards if c.pnl is not None]
+    if not cards:
+        return None
+    pnls = np.stack([c.pnl for c in cards])
+    pick = capped_selection([c.channels["cpcv"] for c in cards], [c.metrics["turnover"] for c in cards], pnls,
+                            params.books.min_turnover, params.books.max_corr)
+    if not pick:
+        return {"members": [], "note": "no answer passes the book's turnover floor"}
+    market = verifier.market[verifier.rows]
+    metrics = book_metrics(pnls[pick], market, params.books.down_day)
+    keep = ("answers", "return", "sharpe", "max_drawdown", "beta", "market_corr", "mean_pairwise_corr",
+            "effective_bets")
+    return {"window": "train", "members": [cards[i].canonical for i in pick], **{k: metrics[k] for k in keep}}

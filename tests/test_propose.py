@@ -1,0 +1,51 @@
+"""`alphagym propose`'s bad input: one clear line and exit 2, before any policy is loaded (its answers on
+a real DAG are checked in the end-to-end test, tests/test_pipeline.py, with the holdout panel removed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from alphagym.briefs.catalogue import load_catalogue
+from alphagym.cli import main
+from alphagym.errors import BriefError
+from alphagym.propose.propose import brief_from_fields, brief_from_text, read_brief_file
+
+FIELDS = ["--mechanism", "reversal", "--horizon", "21", "--input-rule", "price_only", "--structure", "ranked",
+          "--forbidden", "no_argext"]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["propose", "  "], "empty brief"),
+    (["propose", "--mechanism", "reversal", "--horizon", "21"], "needs --input-rule, --structure, --forbidden"),
+    (["propose", *FIELDS[:-1], "no_such_rule"], "unknown forbidden id 'no_such_rule'"),
+    (["propose", *FIELDS, "-k", "0"], "-k and -n must be at least 1"),
+    (["propose"], "give one of: a BRIEF text"),
+    (["propose", "a brief", *FIELDS], "give one of"),
+    (["propose", *FIELDS, "--checkpoint", "NOT_A_FOLDER"], "NOT_A_FOLDER is not a folder"),
+    (["propose", *FIELDS, "--checkpoint", "src"], "src is not a policy or checkpoint folder"),
+])
+def test_bad_input_is_one_line(argv, says, capsys, monkeypatch, root):
+    monkeypatch.chdir(root)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_briefs_from_fields_text_and_file(tmp_path):
+    cat = load_catalogue()
+    b = brief_from_fields(cat, {"mechanism": "reversal", "horizon": 21, "input_rule": "price_only",
+                                "structure": "ranked", "forbidden": "no_argext"})
+    assert b["risk"] == cat.ids("risks")[0] and brief_from_text(cat, b["text"]) == b    # the text reads back
+    assert brief_from_text(cat, "prices only, please") == {"text": "prices only, please"}
+    with pytest.raises(BriefError, match="horizon must be"):
+        brief_from_fields(cat, {**b, "horizon": 0})
+    f = tmp_path / "briefs.txt"
+    f.write_text(f"{json.dumps({'text': b['text']})}\n\nmy own words\n"
+                 f"{json.dumps({k: b[k] for k in ('mechanism', 'horizon', 'input_rule', 'structure', 'forbidden')})}\n")
+    got = read_brief_file(f, cat)
+    assert got == [b, {"text": "my own words"}, b]
+    f.write_text('{"mechanism": "reversal"}\n')
+    with pytest.raises(BriefError, match="line 1"):
+        read_brief_file(f, cat)
