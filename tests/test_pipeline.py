@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -505,6 +506,14 @@ def test_snakemake_run_reruns_on_params_and_code_and_agrees_with_dvc(root, tmp_p
     assert logged["train@dapo_all"]["recipe.loss"] == "dapo" and logged["train@cispo_repo"]["recipe.loss"] == "cispo"
     assert logged["train@dapo_all"]["recipe.steps"] == "4"          # the smoke profile's, as it ran
     assert not any(k.startswith("rl.recipe") for k in logged["train@dapo_all"])
+    # brief decoding through the SFT evaluation and the probe: every valid greedy answer keeps its brief
+    sft = pd.read_parquet(work / "results/smoke/sft/tiny/holdout_answers.parquet")
+    assert sft["valid"].any() and (sft.loc[sft["valid"], "compliance"] == 1.0).all()
+    for rung in SMOKE_LADDER:
+        answers = pd.read_parquet(work / f"results/smoke/probe/tiny/{rung}/answers.parquet")
+        valid = answers[answers["valid"]]
+        assert len(valid) and valid["compliant"].all(), valid[["brief", "answer", "compliance"]].to_string()
+        assert "compliance_idea" in pd.read_parquet(work / f"results/smoke/probe/tiny/{rung}/checkpoints.parquet")
     assert _changed(work) == (set(), set())
     assert _planned(work) == set()
     # the commit a user runs after rendering dvc.yaml for a profile leaves the outputs' mtimes alone

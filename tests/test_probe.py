@@ -75,9 +75,11 @@ def _build_ladder(tmp: Path, overrides: list[str], panels=None, rung: str | None
     """A results folder with everything the probe needs for `rung` (two checkpoints; None: the profile's
     first rung), on the profile `overrides` select: its panels (`panels`, else built from its source) and
     its ground truth (the simulator's effects, decoys and traps, or real data's note that there is none)."""
+    # the grammar alone: the tiny policy below writes the same few formulas whatever the brief, and these
+    # tests are about the probe's bookkeeping (brief decoding through the probe: the end-to-end test)
     params = load_params(ROOT / "params.yaml", [f"paths.results={tmp}/results", "tracking.enabled=false",
                                                 "briefs.holdout=6", "rl.recipe.max_new_tokens=64", "rl.seeds=1",
-                                                *overrides])
+                                                "policy.decoding=grammar", *overrides])
     table = stage_table(params)
     rung = rung or params.rl.ladder[0]
     deps = table[f"probe@{rung}"].deps
@@ -378,7 +380,7 @@ def test_the_probe_run_carries_the_shipped_checkpoint_for_the_mlflow_comparison(
     results = Path(table["probe@cispo_repo"].outs["table"]).parents[3]
     tracked = load_params(ROOT / "params.yaml", [f"paths.results={results}", "tracking.enabled=true",
                                                  f"tracking.uri={tmp_path}/mlflow.db", "briefs.holdout=6",
-                                                 "rl.recipe.max_new_tokens=64"])
+                                                 "rl.recipe.max_new_tokens=64", "policy.decoding=grammar"])
     run_stage(tracked, "probe@cispo_repo")
     shipped = json.loads(Path(table["probe@cispo_repo"].outs["summary"]).read_text())["shipped"]
     db = sqlite3.connect(tmp_path / "mlflow.db")

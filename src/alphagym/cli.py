@@ -248,13 +248,14 @@ def _print_proposals(out: dict[str, Any]) -> None:
         con.print(line)
         if b.get("note"):
             con.print(f"[yellow]note[/] {b['note']}")
-        t = Table("#", "train CPCV", "Sharpe", "turnover", "beta", "n", "checks", "formula")
+        t = Table("#", "train CPCV", "Sharpe", "turnover", "beta", "n", "checks", "idea", "formula")
         t.columns[-1].overflow = "fold"
         for i, r in enumerate(b["proposals"], 1):
             failed = [c for c, ok in r["checks"].items() if not ok]
             checks = "-" if not r["checks"] else f"fails {', '.join(failed)}" if failed else f"all {len(r['checks'])}"
             t.add_row(str(i), f"{r['train_cpcv']:+.3f}", f"{r['train_sharpe_net']:+.2f}", f"{r['turnover']:.2f}",
-                      f"{r['beta']:+.2f}", str(r["count"]), checks, r["formula"])
+                      f"{r['beta']:+.2f}", str(r["count"]), checks,
+                      f"{r['idea_fidelity']:.2f}" if "idea_fidelity" in r else "-", r["formula"])
         con.print(t)
     if "book" in out:
         bk = out["book"]

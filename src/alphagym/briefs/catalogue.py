@@ -19,6 +19,11 @@ class Catalogue:
     preamble: str
     horizons: tuple[int, ...]
     rows: dict[str, dict[str, dict[str, Any]]]     # part -> id -> row
+    idea_tau: float = 1.0           # the mechanism check's threshold (`briefs.idea`)
+
+    def references(self, mechanism: str) -> tuple[str, ...]:
+        """The formulas that express a mechanism's idea (`briefs.idea`)."""
+        return tuple(self.row("mechanisms", mechanism).get("references", ()))
 
     def ids(self, part: str) -> list[str]:
         return list(self.rows[part])
@@ -48,4 +53,4 @@ def load_catalogue() -> Catalogue:
                 raise BriefError(f"duplicate id {row['id']!r}", file="catalogue.yaml", field=part)
             seen[row["id"]] = row
         rows[part] = seen
-    return Catalogue(str(raw["preamble"]), tuple(int(h) for h in raw["horizons"]), rows)
+    return Catalogue(str(raw["preamble"]), tuple(int(h) for h in raw["horizons"]), rows, float(raw["idea_tau"]))

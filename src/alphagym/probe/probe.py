@@ -37,20 +37,25 @@ import pandas as pd
 from alphagym.books.metrics import beta_corr, capped_selection, effective_bets, sharpe, total_return
 from alphagym.briefs.catalogue import Catalogue
 from alphagym.briefs.compliance import CHECK_COLUMNS, BriefChecker
+from alphagym.briefs.idea import IdeaCheck
 from alphagym.verifier.verifier import ScoreCard, Verifier
 
 SAME_BOOK = 0.95       # train P&L |corr| at or above which two canonical forms are one family
 
 
 def answer_rows(step: int, briefs: Sequence[Mapping[str, Any]], answers: Sequence[str], verifier: Verifier,
-                cat: Catalogue, tolerance: float) -> tuple[list[dict[str, Any]], list[np.ndarray | None]]:
+                cat: Catalogue, tolerance: float, idea: IdeaCheck | None = None
+                ) -> tuple[list[dict[str, Any]], list[np.ndarray | None]]:
     """One row per (brief, answer) with its train-window card (validity, CPCV, turnover, compliance: the share
-    of its brief's checks passed and, as `compliance_<check>`, each check), and each answer's train net P&L
-    (None when invalid), in the same order."""
+    of its brief's checks passed and, as `compliance_<check>`, each check; with `idea` (on the train panel),
+    `idea_fidelity` of a valid answer to its brief's mechanism, `briefs.idea`), and each answer's train net
+    P&L (None when invalid), in the same order."""
     rows, pnls = [], []
     for b, a in zip(briefs, answers):
         c = verifier.score_group([a], answer=True, brief=BriefChecker(b, cat, tolerance))[0]
         pnls.append(c.pnl if c.valid else None)
+        fidelity = idea.fidelity(idea.signal(c.ast), b["mechanism"]) if idea is not None and c.valid \
+            and c.ast is not None else np.nan
         rows.append({"step": step, "brief": b["id"], "family": b["family"], "answer": a, "formula": c.formula,
                      "canonical": c.canonical, "valid": c.valid, "reason": c.reason,
                      "compliance": float(c.metrics.get("compliance", 0.0)),
@@ -58,7 +63,8 @@ def answer_rows(step: int, briefs: Sequence[Mapping[str, Any]], answers: Sequenc
                      **{col: float(c.metrics.get(f"compliance/{k}", 0.0)) for k, col in CHECK_COLUMNS.items()},
                      "train_cpcv": float(c.channels["cpcv"]),
                      "train_turnover": float(c.metrics.get("turnover", np.nan)) if c.valid else np.nan,
-                     "train_sharpe": float(c.metrics.get("sharpe_net", np.nan)) if c.valid else np.nan})
+                     "train_sharpe": float(c.metrics.get("sharpe_net", np.nan)) if c.valid else np.nan,
+                     **({"idea_fidelity": fidelity} if idea is not None else {})})
     return rows, pnls
 
 
@@ -144,12 +150,12 @@ def coverage(answer_pnls: Sequence[np.ndarray], effects: Mapping[str, tuple[str,
     return out
 
 
-def train_table(answers: pd.DataFrame, pnls: Sequence[np.ndarray | None]) -> pd.DataFrame:
+def train_table(answers: pd.DataFrame, pnls: Sequence[np.ndarray | None], tau: float | None = None) -> pd.DataFrame:
     """Per checkpoint: the selector (mean train CPCV over all answers), valid count, formula families among
     the valid answers (`families`) and among those with positive train CPCV (`families_positive`: diversity
     bought by losing answers does not count), brief compliance (the mean share, the share of answers passing
-    every check, and each check's pass rate as `compliance_<check>`). `pnls`: each answer's train P&L, in the rows'
-    order."""
+    every check, and each check's pass rate as `compliance_<check>`; with `tau`, `compliance_idea`: the share
+    of valid answers whose `idea_fidelity` reaches it). `pnls`: each answer's train P&L, in the rows' order."""
     g = answers.groupby("step", sort=True)
 
     def fams(d: pd.DataFrame, positive: bool = False) -> int:
@@ -166,6 +172,10 @@ def train_table(answers: pd.DataFrame, pnls: Sequence[np.ndarray | None]) -> pd.
         "compliance": g["compliance"].mean(),
         "compliant_share": g["compliant"].mean(),
         **{col: g[col].mean() for col in CHECK_COLUMNS.values()},
+        # the share of valid answers whose signal follows their brief's mechanism (`briefs.idea`)
+        **({"compliance_idea": g.apply(lambda d: float((d.loc[d["valid"], "idea_fidelity"] >= tau).mean())
+                                        if d["valid"].any() else np.nan, include_groups=False)}
+           if tau is not None and "idea_fidelity" in answers else {}),
     }).reset_index()
 
 

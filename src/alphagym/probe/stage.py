@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 from alphagym.artifacts import read_json, write_parquet
 from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.generate import read_briefs
+from alphagym.briefs.idea import IdeaCheck
 from alphagym.panel import Panel
 from alphagym.params import Params
 from alphagym.probe.probe import (
@@ -50,7 +51,9 @@ def probe(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
     base.max_new_tokens, base.micro_batch = recipe.max_new_tokens, recipe.micro_batch
 
     # phase 1: greedy answers, scored on the train window only
-    train_v = Verifier(Panel.read_parquet(deps["train"]), params)
+    train_panel = Panel.read_parquet(deps["train"])
+    train_v = Verifier(train_panel, params)
+    idea = IdeaCheck(train_panel, cat)              # mechanism fidelity, on the train window
     rows: list[dict[str, Any]] = []
     train_pnls: list[Any] = []
     k, temp = params.probe.pass_k, params.probe.temperature
@@ -59,7 +62,7 @@ def probe(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
     for step, folder in tqdm(checkpoints, desc=f"probe {item}", unit="ckpt"):
         policy = at_checkpoint(base, folder)
         answers = [a[0] for a in policy.generate([b["text"] for b in briefs], n=1, temperature=0.0, seed=seed)]
-        new_rows, new_pnls = answer_rows(step, briefs, answers, train_v, cat, tol)
+        new_rows, new_pnls = answer_rows(step, briefs, answers, train_v, cat, tol, idea)
         rows += new_rows
         train_pnls += new_pnls
         if k:
@@ -67,7 +70,7 @@ def probe(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
             cards = sampled_cards(sampled, train_v)
             passes[step], spread[step] = pass_at_k(cards), sampled_families(cards)
     answers = pd.DataFrame(rows)
-    train = train_table(answers, train_pnls)
+    train = train_table(answers, train_pnls, cat.idea_tau)
     if k:
         train["pass_at_k"] = train["step"].map(passes)
         train["sampled_families"] = train["step"].map(spread)

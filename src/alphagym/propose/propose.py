@@ -5,13 +5,15 @@ text, or free text) goes to the shipped policy (the report stage's `shipped_adap
 to a checkpoint the user names; `k` answers are sampled under the brief's constraints
 (`policy.decoding: brief`: every valid answer passes every hard check of a catalogue brief; free text that
 is no catalogue brief runs under the grammar alone, and the result says so); the verifier scores them on
-the train panel, and the best `n` distinct formulas by train CPCV are returned with their score cards and
-compliance by check. `book` adds the correlation-capped book over every valid answer, chosen on train
-numbers (`books.metrics.capped_selection`) and measured on the train window.
+the train panel, and the best `n` distinct formulas by train CPCV are returned with their score cards,
+compliance by check and mechanism fidelity (`briefs.idea`). `book` adds the correlation-capped book over
+every valid answer, chosen on train numbers (`books.metrics.capped_selection`) and measured on the train
+window.
 
-Nothing here reads the holdout panel or any stage output derived from it: the policy folders, the
-briefs catalogue and the train-window verifier inputs (train panel, novelty archive, stress worlds) are
-all it opens (tests/test_propose.py runs it with the holdout panel removed).
+Nothing here reads the holdout panel: the policy folders, the briefs catalogue and the train-window
+verifier inputs (train panel, novelty archive, stress worlds) are all it opens (the end-to-end test,
+tests/test_pipeline.py, runs it with the holdout panel removed). The shipped adapter was chosen by the
+probe on train CPCV alone.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from alphagym.books.metrics import book_metrics, capped_selection
 from alphagym.briefs.catalogue import Catalogue, load_catalogue
 from alphagym.briefs.compliance import CHECKS, BriefChecker
 from alphagym.briefs.generate import contradicts, read_text, render
+from alphagym.briefs.idea import IdeaCheck
 from alphagym.errors import BriefError, PolicyError
 from alphagym.params import Params
 from alphagym.pipeline import stage_table
@@ -142,13 +145,17 @@ def load_proposer(params: Params, checkpoint: Path | None = None) -> tuple[Polic
     return set_decoding(policy, params.policy.decoding, params.dsl.limits, tol), str(folder)
 
 
-def _card_row(card: Any, count: int) -> dict[str, Any]:
+def _card_row(card: Any, count: int, idea: IdeaCheck | None, mechanism: str | None) -> dict[str, Any]:
     m = card.metrics
     checks = {c: bool(m[f"compliance/{c}"]) for c in CHECKS if f"compliance/{c}" in m}
-    return {"formula": card.formula, "canonical": card.canonical, "count": count,
-            "train_cpcv": card.channels["cpcv"], "train_sharpe_net": m.get("sharpe_net"),
-            "turnover": m.get("turnover"), "beta": m.get("beta"), "ic": m.get("ic"),
-            "compliant": bool(m["compliant"]) if "compliant" in m else None, "checks": checks}
+    row = {"formula": card.formula, "canonical": card.canonical, "count": count,
+           "train_cpcv": card.channels["cpcv"], "train_sharpe_net": m.get("sharpe_net"),
+           "turnover": m.get("turnover"), "beta": m.get("beta"), "ic": m.get("ic"),
+           "compliant": bool(m["compliant"]) if "compliant" in m else None, "checks": checks}
+    if idea is not None and mechanism is not None and card.ast is not None:
+        fidelity = idea.fidelity(idea.signal(card.ast), mechanism)
+        row.update(idea_fidelity=fidelity, on_mechanism=fidelity >= idea.tau)
+    return row
 
 
 def propose(params: Params, policy: Policy, briefs: Sequence[Mapping[str, Any]], k: int = 16, n: int = 5,
@@ -170,6 +177,7 @@ def propose(params: Params, policy: Policy, briefs: Sequence[Mapping[str, Any]],
     if note:
         out["note"] = note
     pool: dict[str, Any] = {}                  # canonical -> a valid card, over every brief (the book's pool)
+    idea = IdeaCheck(verifier.panel, cat)      # mechanism fidelity on the train panel the verifier scores on
     for b, answers in zip(briefs, groups, strict=True):
         kept = policy.contracts is not None and policy.contracts.reads(b["text"])
         checker = BriefChecker({f: b[f] for f in FIELDS}, cat, tol) if all(f in b for f in CHECKED) else None
@@ -186,7 +194,7 @@ def propose(params: Params, policy: Policy, briefs: Sequence[Mapping[str, Any]],
             "brief": b["text"], "fields": {f: b[f] for f in FIELDS if f in b} or None,
             "constrained": "brief" if kept else ("grammar" if policy.grammar is not None else "free"),
             "answers": len(cards), "valid": sum(c.valid for c in cards), "distinct": len(best),
-            "proposals": [_card_row(c, counts[c.canonical]) for c in ranked]}
+            "proposals": [_card_row(c, counts[c.canonical], idea, b.get("mechanism")) for c in ranked]}
         if not kept and policy.contracts is not None:
             entry["note"] = "not a catalogue brief: answered under the grammar alone (no brief checks)"
         if checker is not None:

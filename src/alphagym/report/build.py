@@ -224,9 +224,11 @@ CHECK_COLUMNS = tuple(_CHECK_COLUMNS.values())
 def check_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
     """Per rung, the SFT policy (step 0) and the shipped checkpoint: the share of the greedy holdout answers
     passing each of their brief's checks (`compliance_<check>`), next to the mean share (`compliance`), so a
-    compliance short of 1 names the check it is lost on. Rungs whose probe predates the columns are left out."""
+    compliance short of 1 names the check it is lost on; `compliance_idea` beside them (the share of valid
+    answers whose signal follows the brief's mechanism, `briefs.idea`). Rungs whose probe predates the
+    check columns are left out."""
     return [{"rung": r.item, "checkpoint": label, "compliance": _num(row.get("compliance")),
-             **{k: _num(row[k]) for k in CHECK_COLUMNS}}
+             **{k: _num(row[k]) for k in CHECK_COLUMNS}, "compliance_idea": _num(row.get("compliance_idea"))}
             for r in results if r.ok and r.table is not None and set(CHECK_COLUMNS) <= set(r.table.columns)
             for label, row in _step0_and_shipped(r)]
 

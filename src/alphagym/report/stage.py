@@ -63,7 +63,7 @@ def present(rows: Sequence[Mapping[str, Any]], cols: Sequence[str]) -> tuple[str
 COUNT_COLUMNS = ("valid", "families", "families_positive", "sampled_families", "capped_answers",
                  "planted_edges_expressed", "decoy_trap_answers", "archive_answers")
 CKPT_COLS = ("step", "shipped", "train_cpcv", "valid", "families", "families_positive", "compliance",
-             "compliant_share", "pass_at_k", "sampled_families",
+             "compliant_share", "compliance_idea", "pass_at_k", "sampled_families",
              "holdout_score", "holdout_valid", "holdout_book_return", "holdout_book_sharpe", "holdout_book_beta",
              "holdout_mean_abs_corr", "holdout_effective_bets", "capped_answers", "capped_holdout_sharpe",
              "capped_effective_bets", "planted_edges_expressed", "planted_edges", "decoy_trap_answers")
@@ -220,7 +220,7 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
         md += ["## Brief compliance by check", "", "Share of the greedy holdout answers that pass each of their "
                "brief's checks (docs/briefs.md), at step 0 and the shipped checkpoint; `compliance` is the mean "
                "share of checks passed.", "",
-               plots.table_md(checks, ("rung", "checkpoint", "compliance", *CHECK_COLUMNS)), ""]
+               plots.table_md(checks, ("rung", "checkpoint", "compliance", *CHECK_COLUMNS, "compliance_idea")), ""]
     picks = selector_rows(results)
     if picks:
         md += ["## Checkpoint selectors", "", "Each selector picks a rung's checkpoint on train-window numbers "
