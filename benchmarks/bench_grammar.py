@@ -41,7 +41,7 @@ def main() -> int:
     params = load_params(ROOT / "params.yaml")
     results = args.results or ROOT / params.paths.results
     recipe = params.rl.recipe
-    policy = set_decoding(load_policy(results / "sft" / "tiny" / "policy"), params.policy.decoding,
+    policy = set_decoding(load_policy(results / "sft" / "tiny" / "policy"), "grammar",
                           params.dsl.limits, params.briefs.horizon_tolerance)
     policy.max_new_tokens, policy.micro_batch = int(recipe.max_new_tokens), int(recipe.micro_batch)
     briefs = [json.loads(line)["text"] for line in (results / "filter" / "briefs.jsonl").read_text().splitlines()]

@@ -88,6 +88,14 @@ _R3 = ("python benchmarks/bench_verifier.py --stress-worlds results/world_model/
        "--kept-only results/world_model/gates.json")
 
 
+def _brief_decoding(text: str) -> str:
+    over = ratio(kv("brief_decoding_over_grammar_median"), kv("brief_decoding_over_grammar_p90"))(text)
+    traced = ratio(kv("brief_decoding_over_grammar_traced_median"),
+                   kv("brief_decoding_over_grammar_traced_p90"))(text)
+    brief = secs(kv("brief_decoding_brief_median"), kv("brief_decoding_brief_p90"))(text)
+    return f"{over}; {traced} against the traced grammar; brief {brief}"
+
+
 def _gpu_load_and_sft(text: str) -> str:
     load = rx(r"model load \(NF4 \+ LoRA\) ([\d.]+) s")(text)[0]
     sft = rx(r"^sft: \d+ steps of \d+ pairs in ([\d.]+) s")(text)[0]
@@ -169,6 +177,10 @@ FIGURES = (
                       f"({float(kv('grammar_ours_generate_p90')(t)):.2f} s), "
                       f"{ratio(kv('grammar_speedup_generate_median'), kv('grammar_speedup_generate_p90'))(t)}; "
                       f"grammar {ratio(kv('grammar_speedup_pick_median'), kv('grammar_speedup_pick_p90'))(t)}")),
+    Figure("brief-constrained sampling of one default batch (32 answers, 1 torch thread, traced as the RL trainer "
+           "samples) against the grammar-only sampler (untraced, then traced), alternating in one process",
+           "≤ 1.3×", "brief_decoding.txt", "python benchmarks/bench_brief_decoding.py --rounds 12",
+           _brief_decoding),
     Figure("sampling one default batch: the own decode loop vs the model's forward over its cache", "",
            "decode.txt", "python benchmarks/bench_decode.py --rounds 12",
            ratio(kv("decode_speedup_median"), kv("decode_speedup_p90"))),

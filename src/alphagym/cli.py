@@ -206,7 +206,7 @@ def cmd_propose(args: argparse.Namespace) -> int:
 
     params = _params(args)
     cat = load_catalogue()
-    fields = {f: getattr(args, f) for f in FIELDS if getattr(args, f) is not None}
+    fields = {f: vars(args)[f] for f in FIELDS if vars(args)[f] is not None}
     given = [bool(args.brief is not None), bool(fields), bool(args.briefs)]
     if sum(given) != 1:
         raise ConfigError("give one of: a BRIEF text, catalogue fields (--mechanism, --horizon, --input-rule, "

@@ -1,0 +1,91 @@
+"""Brief-constrained sampling of one RL batch against the grammar-only sampler, with the tiny SFT policy,
+alternating in one process, one torch thread (a rung's budget at 1:1). Three sides, each writing the
+default recipe's batch (4 filtered briefs x 8 answers, at most 64 new tokens) with the same seed: `grammar`
+(the grammar-only sampler, untraced), `grammar_traced` (the same, recording each draw's refused tokens for
+the restricted log-probabilities, as the RL trainer samples) and `brief` (each brief's contract, traced, as
+the RL trainer samples under `policy.decoding: brief`). Each round takes the next 4 briefs, its own seed and
+fresh checkers (a rung meets new texts at every step). Reported: medians and p90 of the seconds a batch, the
+per-round ratios brief / grammar and brief / grammar_traced, and the share of valid answers that pass every
+hard check of their brief on each side (train-window validity is not scored here: a parseable formula
+counts). Needs the pipeline's SFT policy and filtered briefs (`make run` up to `filter`).
+
+    python benchmarks/bench_brief_decoding.py --rounds 12 [--results DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from alphagym.briefs.catalogue import load_catalogue  # noqa: E402
+from alphagym.briefs.compliance import check  # noqa: E402
+from alphagym.briefs.generate import read_text  # noqa: E402
+from alphagym.config import load_params  # noqa: E402
+from alphagym.dsl.errors import DslError  # noqa: E402
+from alphagym.dsl.parser import parse  # noqa: E402
+from alphagym.dsl.prefix import PrefixChecker  # noqa: E402
+from alphagym.policy.model import load_policy, set_decoding  # noqa: E402
+from common import ROOT
+
+SIDES = {"grammar": ("grammar", False), "grammar_traced": ("grammar", True), "brief": ("brief", True)}
+
+
+def compliant(answer: str, brief: dict, cat, tol: float) -> bool | None:
+    """None when the answer is no parseable formula, else whether it passes every hard check."""
+    if PrefixChecker().state(answer) != "done":
+        return None
+    try:
+        ast = parse(answer.strip()[len("<alpha>"):-len("</alpha>")])
+    except DslError:
+        return None
+    return check(brief, ast, cat, tol).ok
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("--results", type=Path, default=None, help="a results folder (default: params' paths.results)")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    params = load_params(ROOT / "params.yaml")
+    results = args.results or ROOT / params.paths.results
+    recipe, tol, cat = params.rl.recipe, params.briefs.horizon_tolerance, load_catalogue()
+    policy = load_policy(results / "sft" / "tiny" / "policy")
+    policy.max_new_tokens, policy.micro_batch = int(recipe.max_new_tokens), int(recipe.micro_batch)
+    briefs = [json.loads(line)["text"] for line in (results / "filter" / "briefs.jsonl").read_text().splitlines()]
+    k, n = int(recipe.briefs_per_step), int(recipe.answers_per_brief)
+    set_decoding(policy, "brief", params.dsl.limits, tol)
+    policy.generate(briefs[:k], n=n, seed=0, trace=True)                  # warm-up
+    times: dict[str, list[float]] = {s: [] for s in SIDES}
+    kept: dict[str, list[bool]] = {s: [] for s in SIDES}
+    for r in range(args.rounds):
+        batch = [briefs[(r * k + i) % len(briefs)] for i in range(k)]
+        order = list(SIDES) if r % 2 == 0 else list(reversed(SIDES))
+        for side in order:
+            decoding, trace = SIDES[side]
+            set_decoding(policy, decoding, params.dsl.limits, tol)
+            t0 = time.perf_counter()
+            out = policy.generate(batch, n=n, temperature=1.0, seed=100 + r, trace=trace)
+            times[side].append(time.perf_counter() - t0)
+            for text, answers in zip(batch, out):
+                fields = read_text(cat, text)
+                kept[side] += [c for c in (compliant(a, fields, cat, tol) for a in answers) if c is not None]
+        print(f"round {r + 1}: " + ", ".join(f"{s} {times[s][-1]:.3f} s" for s in SIDES), flush=True)
+    for s in SIDES:
+        print(f"brief_decoding_{s}_median={np.median(times[s]):.3f}")
+        print(f"brief_decoding_{s}_p90={np.percentile(times[s], 90):.3f}")
+        print(f"brief_decoding_{s}_compliant_share={np.mean(kept[s]):.3f}  ({len(kept[s])} parseable answers)")
+    for ref in ("grammar", "grammar_traced"):
+        ratio = [a / b for a, b in zip(times["brief"], times[ref], strict=True)]
+        print(f"brief_decoding_over_{ref}_median={np.median(ratio):.2f}")
+        print(f"brief_decoding_over_{ref}_p90={np.percentile(ratio, 90):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
