@@ -30,6 +30,7 @@ tokens this checker keeps, renormalised (`policy.grammar`).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -501,6 +502,41 @@ def _witnesses(c: Contract, limits: Limits, k: int) -> tuple[str, ...]:
     return tuple(out)
 
 
+_OPERAND_DUE = frozenset("(,+-*/^<>=!&|?:")
+_WINDOW = re.compile(r"(?<=, )(\d+)(?=\))")
+
+
+def idea_witnesses(c: Contract, references: tuple[str, ...], limits: Limits) -> tuple[str, ...]:
+    """The mechanism's reference formulas (`briefs.idea`) made to meet the contract where they can: their
+    windows of 5 sessions or more scaled so the longest is the horizon's (their ratios kept), under the
+    required root; those that then hold. The completion search tries these first, so a requirement it
+    supplies follows the brief's idea rather than merely naming its operators (a `built` witness for
+    reversal is a price level)."""
+    out = []
+    for ref in references:
+        longest = max((int(n) for n in _WINDOW.findall(ref) if int(n) >= 5), default=0)
+        for w, _ in _windows(c, limits):
+            if not longest:
+                text = ref
+            else:
+                text = _WINDOW.sub(lambda m, w=w, top=longest: str(max(2, round(int(m.group(1)) * w / top)))
+                                   if int(m.group(1)) >= 5 else m.group(1), ref)
+            for cand in (text, f"{c.root}({text})" if c.root else None):
+                if cand is None:
+                    continue
+                try:
+                    ast = parse(cand, limits)
+                except DslError:
+                    continue
+                if holds(c, ast):
+                    out.append(cand)
+                    break
+            else:
+                continue
+            break
+    return tuple(dict.fromkeys(out))
+
+
 def holds(c: Contract, ast: Node) -> bool:
     """Every hard check of the contract, on a parsed formula."""
     ops: dict[str, int] = {}
@@ -544,7 +580,9 @@ class ContractChecker(PrefixChecker):
                  limits: Limits | None = None, fields: tuple[str, ...] = DSL_FIELDS) -> None:
         super().__init__(limits, fields)
         self.contract, self.brief, self.catalogue, self.tolerance = contract, brief, catalogue, tolerance
-        self.witness_pieces = tuple(f" + {w}" for w in witnesses(contract, self.limits))
+        own = idea_witnesses(contract, catalogue.references(str(brief["mechanism"])), self.limits) \
+            if "mechanism" in brief else ()
+        self.witness_pieces = tuple(f" + {w}" for w in dict.fromkeys([*own, *witnesses(contract, self.limits)]))
 
     def _state(self, text: str) -> str:
         st = super()._state(text)
@@ -590,7 +628,7 @@ class ContractChecker(PrefixChecker):
             return ()
         if not unmet(self.contract, f.ops, f.fields, f.max_window):
             return ()
-        if body.rstrip()[-1:] in ("(", ","):       # an operand is due: the witness is it (not ` + W`, a unary plus)
+        if body.rstrip()[-1:] in _OPERAND_DUE:     # an operand is due: the witness is it (not ` + W`, a unary plus)
             return tuple(" " + w[3:] for w in self.witness_pieces)
         return self.witness_pieces
 
