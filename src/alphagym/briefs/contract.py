@@ -584,6 +584,9 @@ class ContractChecker(PrefixChecker):
             if "mechanism" in brief else ()
         self.witness_pieces = tuple(f" + {w}" for w in dict.fromkeys([*own, *witnesses(contract, self.limits)]))
 
+    def repair_pieces(self) -> tuple[str, ...]:
+        return self.witness_pieces
+
     def _state(self, text: str) -> str:
         st = super()._state(text)
         if st == "dead":

@@ -134,6 +134,10 @@ class PrefixChecker:
         done = search(start, 0, "")
         return None if done is None else done[len(text):]
 
+    def repair_pieces(self) -> tuple[str, ...]:
+        """Every piece `repairs` may offer (the sampler bounds how fast a completion can grow by them)."""
+        return ()
+
     def repairs(self, text: str) -> tuple[str, ...]:
         """Pieces the completion search tries right after the closing tag, before the grammar's own: none
         here; a brief's checker (`briefs.contract.ContractChecker`) offers formulas that meet its brief."""

@@ -24,7 +24,9 @@ token: a search costs 2-7 ms, and on the tiny SFT policy it found the completion
 tokens to spare on average (1,215 searches over 320 answers; it forced 2). A token written grew the
 completion by at most 6 tokens (observed over 1,688 consecutive searches), so after a search that leaves
 `slack` tokens the next one comes `slack // (GROWTH + 1)` tokens later (at least 1), before the slack can
-have run out; `watch_searches` counts the searches.
+have run out; `watch_searches` counts the searches. Under a brief's checker one token can make the
+completion need a whole witness: its longest witness's tokens are added to GROWTH, and its rows are
+watched from a quarter of the budget on.
 """
 
 from __future__ import annotations
@@ -97,6 +99,9 @@ class GrammarSampler:
         self.max_new_tokens = max_new_tokens
         self.closing_from = max_new_tokens - max(8, max_new_tokens // 4) if max_new_tokens else 1 << 30
         self.watch_from = max_new_tokens // 2 if max_new_tokens else 1 << 30
+        # a brief's checker may need a whole witness to finish an answer: its rows are watched from a quarter
+        self.watch_early = max_new_tokens // 4 if max_new_tokens else 1 << 30
+        self.extra: dict[int, int] = {}             # id(checker) -> the token length of its longest repair
         self.forced: dict[int, list[int]] = {}       # batch row -> the completion's tokens still to write
         self.watch_at: dict[int, int] = {}           # batch row -> the answer length of its next watch search
         self.stats = {"draws": 0, "steered": 0, "rejections": 0, "dead_ends": 0, "forced": 0,
@@ -122,6 +127,15 @@ class GrammarSampler:
     def checker_of(self, b: int) -> PrefixChecker:
         """The checker of batch row `b`."""
         return self.checker if self.rows is None else self.rows[b]
+
+    def _extra(self, b: int) -> int:
+        """How many tokens more than GROWTH one written token may add to row `b`'s completion: its checker's
+        longest repair (a brief's witness), in this tokenizer's tokens; 0 for the grammar's."""
+        ck = self.checker_of(b)
+        if id(ck) not in self.extra:
+            self.extra[id(ck)] = max((len(self.tokenizer(p, add_special_tokens=False)["input_ids"])
+                                      for p in ck.repair_pieces()), default=0)
+        return self.extra[id(ck)]
 
     def _ok(self, row: list[int], tok: int, base: str | None = None, b: int = 0) -> bool:
         """Whether `tok` keeps row `b`'s answer viable; `base` is the row's text, when the caller has it."""
@@ -173,13 +187,14 @@ class GrammarSampler:
         earlier from `watch_from` on, once the completion needs nearly all the tokens left)."""
         if b not in self.forced and len(row) >= self.closing_from:
             self._start_forcing(b, row)
-        elif b not in self.forced and len(row) >= max(self.watch_from, self.watch_at.get(b, 0)):
+        elif b not in self.forced and len(row) >= max(self.watch_from if not self._extra(b) else self.watch_early,
+                                                      self.watch_at.get(b, 0)):
             queue = self._completion(b, row)
             self.stats["watch_searches"] += 1
             slack = self.max_new_tokens - len(row) - (len(queue) if queue is not None else 0) - 2
             if queue is not None and slack <= 0:
                 self._start_forcing(b, row, queue)
-            self.watch_at[b] = len(row) + max(1, slack // (GROWTH + 1))
+            self.watch_at[b] = len(row) + max(1, slack // (GROWTH + self._extra(b) + 1))
         queue = self.forced.get(b)
         if queue and self._ok(row, queue[0], b=b):
             return queue.pop(0)
