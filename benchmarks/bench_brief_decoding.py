@@ -7,9 +7,10 @@ the RL trainer samples under `policy.decoding: brief`). Each round takes the nex
 fresh checkers (a rung meets new texts at every step). Reported: medians and p90 of the seconds a batch, the
 per-round ratios brief / grammar and brief / grammar_traced, and the share of valid answers that pass every
 hard check of their brief on each side (train-window validity is not scored here: a parseable formula
-counts). Needs the pipeline's SFT policy and filtered briefs (`make run` up to `filter`).
+counts). Needs the pipeline's SFT policy and filtered briefs (`make run` up to `filter`; `--briefs` names
+another brief file, e.g. the training briefs).
 
-    python benchmarks/bench_brief_decoding.py --rounds 12 [--results DIR]
+    python benchmarks/bench_brief_decoding.py --rounds 12 [--results DIR] [--briefs FILE]
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--results", type=Path, default=None, help="a results folder (default: params' paths.results)")
+    ap.add_argument("--briefs", type=Path, default=None,
+                    help="a brief file (default: the filter stage's kept briefs in the results folder)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     params = load_params(ROOT / "params.yaml")
@@ -57,7 +60,9 @@ def main() -> int:
     recipe, tol, cat = params.rl.recipe, params.briefs.horizon_tolerance, load_catalogue()
     policy = load_policy(results / "sft" / "tiny" / "policy")
     policy.max_new_tokens, policy.micro_batch = int(recipe.max_new_tokens), int(recipe.micro_batch)
-    briefs = [json.loads(line)["text"] for line in (results / "filter" / "briefs.jsonl").read_text().splitlines()]
+    source = args.briefs or results / "filter" / "briefs.jsonl"
+    briefs = [json.loads(line)["text"] for line in source.read_text().splitlines()]
+    print(f"policy {results / 'sft' / 'tiny' / 'policy'}; briefs {source}")
     k, n = int(recipe.briefs_per_step), int(recipe.answers_per_brief)
     set_decoding(policy, "brief", params.dsl.limits, tol)
     policy.generate(briefs[:k], n=n, seed=0, trace=True)                  # warm-up
