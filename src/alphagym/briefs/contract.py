@@ -423,11 +423,7 @@ def built(c: Contract, limits: Limits) -> tuple[str, ...]:
             text = " + ".join(wrapped)
             if c.root is not None:
                 text = f"{c.root}({text})"
-            try:
-                ast = parse(text, limits)
-            except DslError:
-                continue
-            if holds(c, ast):
+            if meets(c, text, limits):
                 out.append(text)
                 break
     return tuple(out)
@@ -490,11 +486,7 @@ def _witnesses(c: Contract, limits: Limits, k: int) -> tuple[str, ...]:
     for _, text in sorted(found):
         for w, s in _windows(c, limits):
             formula = text.replace("{w}", str(w)).replace("{s}", str(s))
-            try:
-                ast = parse(formula, limits)
-            except DslError:
-                continue
-            if holds(c, ast):
+            if meets(c, formula, limits):
                 out.append(formula)
                 break
         if len(out) == k:
@@ -524,17 +516,21 @@ def idea_witnesses(c: Contract, references: tuple[str, ...], limits: Limits) -> 
             for cand in (text, f"{c.root}({text})" if c.root else None):
                 if cand is None:
                     continue
-                try:
-                    ast = parse(cand, limits)
-                except DslError:
-                    continue
-                if holds(c, ast):
+                if meets(c, cand, limits):
                     out.append(cand)
                     break
             else:
                 continue
             break
     return tuple(dict.fromkeys(out))
+
+
+def meets(c: Contract, formula: str, limits: Limits) -> bool:
+    """The formula parses within `limits` and passes every hard check of the contract."""
+    try:
+        return holds(c, parse(formula, limits))
+    except DslError:
+        return False
 
 
 def holds(c: Contract, ast: Node) -> bool:

@@ -167,6 +167,17 @@ def write_briefs(path: Path, briefs: Iterable[Mapping[str, Any]]) -> None:
     path.write_text("".join(json.dumps({k: b[k] for k in RECORD}) + "\n" for b in briefs))
 
 
+def json_object(line: str, path: Path, i: int) -> dict[str, Any]:
+    """Line `i` of a brief file as a JSON object; a BriefError naming the file and the line otherwise."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise BriefError(f"not JSON: {exc.msg}", file=str(path), line=i) from None
+    if not isinstance(row, dict):
+        raise BriefError("a brief must be a JSON object", file=str(path), line=i)
+    return row
+
+
 def read_briefs(path: Path, catalogue: Catalogue | None = None) -> list[dict[str, Any]]:
     """Brief records from a JSONL file; a missing file, bad JSON, a missing or empty field, or an id the
     catalogue does not know is a BriefError naming the file, the line and the field."""
@@ -181,12 +192,7 @@ def read_briefs(path: Path, catalogue: Catalogue | None = None) -> list[dict[str
     for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise BriefError(f"not JSON: {exc.msg}", file=str(path), line=i) from None
-        if not isinstance(row, dict):
-            raise BriefError("a brief must be a JSON object", file=str(path), line=i)
+        row = json_object(line, path, i)
         for k in RECORD:
             if k not in row:
                 raise BriefError("missing field", file=str(path), line=i, field=k)

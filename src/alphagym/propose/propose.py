@@ -28,7 +28,7 @@ import numpy as np
 from alphagym.books.metrics import book_metrics, capped_selection
 from alphagym.briefs.catalogue import Catalogue, load_catalogue
 from alphagym.briefs.compliance import CHECKS, BriefChecker
-from alphagym.briefs.generate import contradicts, read_text, render
+from alphagym.briefs.generate import contradicts, json_object, read_text, render
 from alphagym.briefs.idea import IdeaCheck
 from alphagym.errors import BriefError, PolicyError
 from alphagym.params import Params
@@ -81,12 +81,7 @@ def read_brief_file(path: Path, cat: Catalogue) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         if line.lstrip().startswith("{"):
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise BriefError(f"not JSON: {exc.msg}", file=str(path), line=i) from None
-            if not isinstance(row, dict):
-                raise BriefError("a brief must be a JSON object or a line of text", file=str(path), line=i)
+            row = json_object(line, path, i)
             if isinstance(row.get("text"), str) and row["text"].strip():
                 out.append(brief_from_text(cat, row["text"]))
             else:
