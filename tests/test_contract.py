@@ -73,6 +73,21 @@ def test_the_checker_keeps_the_brief_and_completes_what_the_model_left_unmet(cat
         assert check(b, parse(formula), cat, TOL).ok, formula
 
 
+def test_a_requirement_is_completed_inside_a_call_that_uses_up_an_operator_count(cat):
+    """Under "exactly one ts_corr", an answer inside its ts_corr still lacks the decayed average and the
+    range's fields: the completion supplies an operand with what is missing and no second ts_corr
+    (`contract.residual`); the brief's own witnesses, each with its ts_corr, cannot be that operand."""
+    b = dict(id="t3", mechanism="range_expansion", horizon=21, input_rule="one_corr", structure="decayed",
+             forbidden="compact")
+    ck = ContractChecker(compile_brief(b, cat, TOL), b, cat, TOL)
+    for prefix in ("<alpha>rank(ts_corr(", "<alpha>rank(ts_cor", "<alpha>ts_corr(volume /",
+                   "<alpha>(rank(ts_corr(ts_sum((high + low) / 2, 1"):
+        suffix = ck.completion(prefix)
+        assert suffix is not None, prefix
+        formula = (prefix + suffix)[len("<alpha>"):-len("</alpha>")]
+        assert check(b, parse(formula), cat, TOL).ok and formula.count("ts_corr") == 1, formula
+
+
 def test_cut_formulas_completed_under_random_briefs_comply(cat):
     """Fuzz: 1,000 drawn briefs x a random formula cut at a random point: whenever the checker keeps the
     prefix and completes it, the answer passes every hard check of its brief."""
@@ -99,6 +114,28 @@ def test_cut_formulas_completed_under_random_briefs_comply(cat):
             pytest.fail(f"{answer}: {e}")
         assert check(b, ast, cat, TOL).ok, (b, answer)
     assert kept >= 200 and completed >= 0.9 * kept, (kept, completed)
+
+
+def test_a_checker_that_shares_the_grammars_parses_judges_every_prefix_as_one_that_does_not(cat):
+    """Brief checkers share the grammar checker's finished calls and lexed heads (a parse does not depend
+    on the brief): 200 briefs x every prefix of a random formula, judged after the grammar and the other
+    briefs have filled the shared caches, get the states a checker with caches of its own gives."""
+    rng = np.random.default_rng(2)
+    combos = [b for b in _combos(cat) if not contradicts(cat, b)]
+    grammar = PrefixChecker()
+    differ, judged = [], 0
+    for k in range(200):
+        b = {**combos[rng.integers(len(combos))], "id": f"s{k}"}
+        c = compile_brief(b, cat, TOL)
+        shared, own = ContractChecker(c, b, cat, TOL, share=grammar), ContractChecker(c, b, cat, TOL)
+        assert shared.finished is grammar.finished and own.finished is not grammar.finished
+        answer = f"<alpha>{random_formula(int(rng.integers(1 << 30)), max_window=60)}</alpha>"
+        for i in range(len("<alpha>"), len(answer) + 1):
+            grammar.state(answer[:i])
+            judged += 1
+            if shared.state(answer[:i]) != own.state(answer[:i]):
+                differ.append((b["id"], answer[:i]))
+    assert judged > 5000 and not differ, differ[:3]
 
 
 def test_a_rendered_brief_reads_back_and_other_text_does_not(cat):

@@ -16,7 +16,8 @@ contract added, so the sampler that keeps answers grammatical keeps them complia
   completion; that is what keeps the sampler from writing into a formula it would have to throw away.
 - **Requirements the model has not met are met by the completion** ("must use volume", "exactly one
   ts_corr", the horizon's window): the closing search (`PrefixChecker.completion`) also tries appending
-  a witness, a short formula that meets the whole contract on its own, as an operand (` + W`). The
+  a witness as an operand (` + W`): first one built for what the prefix still lacks within the room it
+  leaves (`residual`), then the brief's own, short formulas that meet the whole contract by themselves. The
   witnesses come from a fixed library of small formulas (`library`) filtered by the contract's facts; a
   brief for which the library has none is a `BriefError` when it is compiled, which the brief generator
   never draws (`generate.contradicts`; a test checks that the two agree on every catalogue combination).
@@ -47,7 +48,7 @@ from alphagym.dsl.canonical import fields_used
 from alphagym.dsl.errors import DslError
 from alphagym.dsl.lexer import Token
 from alphagym.dsl.parser import Limits, parse
-from alphagym.dsl.prefix import CLOSE, OPEN, PrefixChecker
+from alphagym.dsl.prefix import OPEN, PrefixChecker
 from alphagym.dsl.registry import ALIASES, FIELDS, OPS
 from alphagym.errors import BriefError
 from alphagym.panel import DSL_FIELDS
@@ -117,6 +118,7 @@ class Facts:
     root_call: bool                             # the formula starts with a call whose name is complete
     root_closed: bool                           # ... and that call's ')' has been written
     after_root: bool = False                    # ... and a token after it
+    ts_open: int = 0                            # time-series calls still open at the end
 
 
 def scan(tokens: list[Token], text_end: int) -> Facts:
@@ -194,7 +196,8 @@ def scan(tokens: list[Token], text_end: int) -> Facts:
                 ops[op] = ops.get(op, 0) + 1
                 nodes += 1
         prev = t
-    return Facts(ops, fields, longest, ts_depth, nodes, long_sum, first, root_call, root_closed, after_root)
+    return Facts(ops, fields, longest, ts_depth, nodes, long_sum, first, root_call, root_closed, after_root,
+                 ts_open)
 
 
 def unmet(c: Contract, ops: Mapping[str, int], fields: set[str], longest: float) -> list[str]:
@@ -238,6 +241,39 @@ def violation(c: Contract, f: Facts) -> str | None:
         if f.root_closed and unmet(c, f.ops, f.fields, f.max_window):
             return f"{c.root}( is closed with a requirement unmet"
     return None
+
+
+def residual(c: Contract, f: Facts) -> Contract:
+    """What an operand added to a prefix with facts `f` must bring for the whole to meet `c`, as a contract
+    of its own (no root: the operand sits inside the formula): the requirements still unmet, the operator
+    counts and the node and nesting room left, and no field beyond the distinct-field room left (counted as
+    if the operand's fields were all new, so a witness of it never breaks the limit). A guide for the
+    completion search, not a check: the completed answer is judged against `c` itself."""
+    used = f.fields - {"sector"}
+    lo_f, hi_f = c.distinct_fields
+    forbid_fields, distinct = c.forbid_fields, (max(0, lo_f - len(used)), UNLIMITED)
+    if distinct[0]:                      # fields the prefix lacks: the operand's must be new ones
+        forbid_fields = forbid_fields | used
+    if hi_f < UNLIMITED:
+        if len(used) >= hi_f:
+            forbid_fields = forbid_fields | (frozenset(DSL_FIELDS) - used)
+        else:
+            distinct = (distinct[0], hi_f - len(used))
+    counts = tuple((op, max(0, lo - f.ops.get(op, 0)), hi - f.ops.get(op, 0) if hi < UNLIMITED else hi)
+                   for op, lo, hi in c.op_counts)
+    room = lambda limit, taken: limit - taken if limit < UNLIMITED else UNLIMITED      # noqa: E731
+    return Contract(
+        require_ops=tuple(g for g in c.require_ops if not any(f.ops.get(o, 0) for o in g)),
+        require_fields=tuple(g for g in c.require_fields if not g & f.fields),
+        forbid_ops=c.forbid_ops | frozenset(op for op, _, hi in counts if hi <= 0),
+        forbid_fields=forbid_fields,
+        op_counts=tuple(x for x in counts if x[2] > 0),
+        window=c.window,
+        long_price_sums=c.long_price_sums,
+        max_ts_nesting=room(c.max_ts_nesting, f.ts_open),
+        max_nodes=room(c.max_nodes, f.nodes + 1),                   # + 1: the ` + ` that joins it
+        distinct_fields=distinct,
+    )
 
 
 # --- witnesses: small formulas that meet a contract on their own ---
@@ -409,7 +445,10 @@ def built(c: Contract, limits: Limits) -> tuple[str, ...]:
                 f = next((x for x in order if x not in PRICE_FIELDS), f"rank({f})")
             g = next((x for x in order if x != f), f)
             pieces.append(_piece(op, f, g, w, s))
-        used = set(fields_used(parse(" + ".join(pieces), limits))) if pieces else set()
+        try:
+            used = set(fields_used(parse(" + ".join(pieces), limits))) if pieces else set()
+        except DslError:                 # e.g. a correlation of the one field the contract leaves with itself
+            continue
         pieces += [x for x in order if x not in used]
         # a wrapper goes around a term whose sign varies (`sign` of a positive average is a constant, which
         # the parser refuses): a relationship or a change first, then any time-series term
@@ -573,8 +612,9 @@ class ContractChecker(PrefixChecker):
     its completion search tries."""
 
     def __init__(self, contract: Contract, brief: Mapping[str, Any], catalogue: Catalogue, tolerance: float,
-                 limits: Limits | None = None, fields: tuple[str, ...] = DSL_FIELDS) -> None:
-        super().__init__(limits, fields)
+                 limits: Limits | None = None, fields: tuple[str, ...] = DSL_FIELDS,
+                 share: PrefixChecker | None = None) -> None:
+        super().__init__(limits, fields, share=share)
         self.contract, self.brief, self.catalogue, self.tolerance = contract, brief, catalogue, tolerance
         own = idea_witnesses(contract, catalogue.references(str(brief["mechanism"])), self.limits) \
             if "mechanism" in brief else ()
@@ -583,22 +623,12 @@ class ContractChecker(PrefixChecker):
     def repair_pieces(self) -> tuple[str, ...]:
         return self.witness_pieces
 
-    def _state(self, text: str) -> str:
-        st = super()._state(text)
-        if st == "dead":
-            return st
-        body = text.lstrip(" \t\n")[len(OPEN):] if text.lstrip(" \t\n").startswith(OPEN) else ""
-        end = body.find(CLOSE)
-        if st == "done":
-            return "done" if self._complies(body[:end]) else "dead"
-        if not body:
-            return st
-        if self.viable(body) and self._keeps(body):
-            return "open"
-        lt = body.rfind("<")            # the closing tag begun: the formula before it must comply
-        if lt >= 0 and CLOSE.startswith(body[lt:]) and self.complete(body[:lt]) and self._complies(body[:lt]):
-            return "open"
-        return "dead"
+    def continues(self, formula: str) -> bool:
+        # the contract's own rules first: reading the facts costs less than the prefix parse
+        return self._keeps(formula) and self.viable(formula)
+
+    def finishes(self, formula: str) -> bool:
+        return self.complete(formula) and self._complies(formula)
 
     def _keeps(self, formula: str) -> bool:
         try:
@@ -627,9 +657,13 @@ class ContractChecker(PrefixChecker):
             return ()
         if not unmet(self.contract, f.ops, f.fields, f.max_window):
             return ()
+        # first a witness of what is still missing (`residual`: `ts_corr(` under "exactly one ts_corr" takes
+        # an operand without one), then the brief's own
+        pieces = tuple(dict.fromkeys([*(f" + {w}" for w in built(residual(self.contract, f), self.limits)),
+                                      *self.witness_pieces]))
         if body.rstrip()[-1:] in _OPERAND_DUE:     # an operand is due: the witness is it (not ` + W`, a unary plus)
-            return tuple(" " + w[3:] for w in self.witness_pieces)
-        return self.witness_pieces
+            return tuple(" " + w[3:] for w in pieces)
+        return pieces
 
 
 class BriefContracts:
@@ -653,7 +687,8 @@ class BriefContracts:
                 ck = self.grammar
             else:
                 contract = compile_brief(brief, self.catalogue, self.tolerance, self.limits)
-                ck = ContractChecker(contract, brief, self.catalogue, self.tolerance, self.limits, self.fields)
+                ck = ContractChecker(contract, brief, self.catalogue, self.tolerance, self.limits, self.fields,
+                                     share=self.grammar)
             if len(self._checkers) >= self.keep:        # a run's briefs are a few hundred; a bound all the same
                 self._checkers.pop(next(iter(self._checkers)))
             self._checkers[text] = ck

@@ -52,7 +52,7 @@ class PrefixChecker:
     lacks (`cap` unless it carries it) are unknown names here, as they are to the verifier."""
 
     def __init__(self, limits: Limits | None = None, fields: tuple[str, ...] = DSL_FIELDS,
-                 reuse: bool = True) -> None:
+                 reuse: bool = True, share: PrefixChecker | None = None) -> None:
         self.limits = limits or Limits()
         self.fields = tuple(f for f in FIELDS if f in fields)
         self.unavailable = frozenset(FIELDS) - frozenset(self.fields)
@@ -60,8 +60,10 @@ class PrefixChecker:
         # a text is checked again with one more token (and with each candidate token): its calls finished
         # before are reused, and only the text after its last whitespace is lexed again
         # (`reuse=False`: every text parsed from scratch, the reference `benchmarks/bench_grammar.py` times)
-        self.finished = FinishedCalls() if reuse else None
-        self.heads: dict[str, list[Token]] | None = {} if reuse else None
+        # (`share`: a checker with the same limits and fields whose parses these are too; a brief's checker
+        # shares the grammar's, since a parse does not depend on the brief)
+        self.finished = (share.finished if share is not None else FinishedCalls()) if reuse else None
+        self.heads: dict[str, list[Token]] | None = (share.heads if share is not None else {}) if reuse else None
         # the sampler asks again for texts it has met (every row past half its budget, at every token;
         # answers that repeat across a rung's steps): a search costs 2-7 ms, a repeat nothing
         self.completion = lru_cache(maxsize=50_000)(self.completion)  # type: ignore[method-assign]
@@ -77,13 +79,21 @@ class PrefixChecker:
         body = s[len(OPEN):]
         end = body.find(CLOSE)
         if end >= 0:
-            return "done" if body[end + len(CLOSE):] == "" and self.complete(body[:end]) else "dead"
-        if self.viable(body):
+            return "done" if body[end + len(CLOSE):] == "" and self.finishes(body[:end]) else "dead"
+        if self.continues(body):
             return "open"
         lt = body.rfind("<")           # '<' is also the DSL's less-than: try it as the closing tag's start
-        if lt >= 0 and CLOSE.startswith(body[lt:]) and self.complete(body[:lt]):
+        if lt >= 0 and CLOSE.startswith(body[lt:]) and self.finishes(body[:lt]):
             return "open"
         return "dead"
+
+    def continues(self, formula: str) -> bool:
+        """An unfinished formula may go on: here, it is `viable`; a brief's checker adds its contract."""
+        return self.viable(formula)
+
+    def finishes(self, formula: str) -> bool:
+        """A formula may end the answer: here, it is `complete`; a brief's checker adds its contract."""
+        return self.complete(formula)
 
     def completion(self, text: str, max_pieces: int = 64, budget: int = 1000) -> str | None:
         """A short suffix that finishes an open answer (`text + suffix` is done), or None. Depth-first over
