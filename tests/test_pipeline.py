@@ -510,6 +510,9 @@ def test_snakemake_run_reruns_on_params_and_code_and_agrees_with_dvc(root, tmp_p
     # policy's greedy answers may all be cut at the smoke cap of 32 tokens: its sampled ones are not)
     sft = pd.read_parquet(work / "results/smoke/sft/tiny/holdout_answers.parquet")
     assert sft["valid"].any() and (sft.loc[sft["valid"], "compliance"] == 1.0).all()
+    assert sft.loc[sft["valid"], "idea_fidelity"].between(0, 1).all()
+    report = json.loads((work / "results/smoke/sft/tiny/report.json").read_text())
+    assert 0 <= report["after"]["compliance_idea"] <= 1 and 0 <= report["after_free"]["compliance_idea"] <= 1
     for rung in SMOKE_LADDER:
         answers = pd.read_parquet(work / f"results/smoke/probe/tiny/{rung}/answers.parquet")
         valid = answers[answers["valid"]]

@@ -10,6 +10,7 @@ import numpy as np
 
 from alphagym.briefs.catalogue import Catalogue
 from alphagym.briefs.compliance import BriefChecker
+from alphagym.briefs.idea import IdeaCheck
 from alphagym.policy.model import Policy
 from alphagym.verifier.verifier import Verifier
 
@@ -31,14 +32,22 @@ def answer_stats(cards_by_brief: Sequence[Sequence[Any]]) -> dict[str, float]:
 
 def evaluate_policy(policy: Policy, briefs: Sequence[Mapping[str, Any]], verifier: Verifier, cat: Catalogue,
                     tolerance: float, n: int, temperature: float, seed: int,
-                    desc: str = "evaluate") -> tuple[dict[str, float], list]:
+                    desc: str = "evaluate", idea: IdeaCheck | None = None) -> tuple[dict[str, float], list]:
     """`n` answers per brief, scored as groups with the brief's compliance; (stats, per-brief rows).
-    `desc` names the progress bar over the generation's micro-batches."""
+    `desc` names the progress bar over the generation's micro-batches. With `idea` (on the verifier's train
+    panel): each valid answer's `idea_fidelity` to its brief's mechanism (`briefs.idea`) and, in the stats,
+    `compliance_idea`, the share of valid answers whose fidelity reaches the catalogue's `idea_tau`."""
     groups = scored_answers(policy, briefs, verifier, cat, tolerance, n, temperature, seed, desc)
     rows = [{"brief": b["id"], "answer": c.text, "valid": c.valid, "canonical": c.canonical, "cpcv": c.channels["cpcv"],
-             "compliance": c.metrics.get("compliance", 0.0), "reason": c.reason}
+             "compliance": c.metrics.get("compliance", 0.0), "reason": c.reason,
+             **({"idea_fidelity": idea.fidelity(idea.signal(c.ast), b["mechanism"])
+                 if c.valid and c.ast is not None else float("nan")} if idea is not None else {})}
             for b, g in zip(briefs, groups) for c in g]
-    return answer_stats(groups), rows
+    stats = answer_stats(groups)
+    if idea is not None:
+        fid = [r["idea_fidelity"] for r in rows if r["valid"]]
+        stats["compliance_idea"] = float(np.mean([f >= idea.tau for f in fid])) if fid else float("nan")
+    return stats, rows
 
 
 def scored_answers(policy: Policy, briefs: Sequence[Mapping[str, Any]], verifier: Verifier, cat: Catalogue,

@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 from alphagym.artifacts import read_json, read_parquet, write_parquet
 from alphagym.briefs.catalogue import Catalogue, load_catalogue
 from alphagym.briefs.generate import families, read_briefs
+from alphagym.briefs.idea import IdeaCheck
 from alphagym.dsl.parser import Limits
 from alphagym.panel import Panel
 from alphagym.params import Params, SftEval
@@ -70,7 +71,9 @@ def _evaluate_on_holdout(policy: Policy, holdout: list[dict[str, Any]], verifier
     with its decoder counts, the free decoding's stats or None, the decoding's answer rows); the policy is left
     with the configured decoding."""
     set_decoding(policy, params.policy.decoding, params.dsl.limits, params.briefs.horizon_tolerance)
-    stats, rows = evaluate_policy(policy, holdout, verifier, cat, tol, ev.samples, ev.temperature, seed, desc=desc)
+    idea = IdeaCheck(verifier.panel, cat)        # mechanism fidelity on the train panel the verifier scores on
+    stats, rows = evaluate_policy(policy, holdout, verifier, cat, tol, ev.samples, ev.temperature, seed, desc=desc,
+                                  idea=idea)
     stats["decode_rejected_share"] = rejected_share(policy.decode_stats)
     stats["decode_steered_share"] = steered_share(policy.decode_stats)
     stats["decode_dead_ends"] = policy.decode_stats.get("dead_ends", 0)
@@ -79,7 +82,7 @@ def _evaluate_on_holdout(policy: Policy, holdout: list[dict[str, Any]], verifier
     if params.policy.decoding != "free":
         set_decoding(policy, "free", params.dsl.limits, params.briefs.horizon_tolerance)
         free, _ = evaluate_policy(policy, holdout, verifier, cat, tol, ev.samples, ev.temperature, seed,
-                                  desc=f"{desc} free")
+                                  desc=f"{desc} free", idea=idea)
         set_decoding(policy, params.policy.decoding, params.dsl.limits, params.briefs.horizon_tolerance)
     return stats, free, rows
 
