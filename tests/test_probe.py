@@ -388,3 +388,21 @@ def test_the_probe_run_carries_the_shipped_checkpoint_for_the_mlflow_comparison(
     assert logged["shipped/holdout_score"] == pytest.approx(shipped["holdout_score"])
     assert logged["shipped/families"] == shipped["families"] and "shipped/holdout_effective_bets" in logged
     assert logged["shipped/step"] == shipped["step"]
+
+
+def test_a_rung_that_sets_its_decoding_samples_under_it_and_the_others_under_the_policys(ladder):
+    """`rl.recipe.decoding`: the control rung `cispo_repo_grammar` samples under the grammar alone (no brief
+    contracts), in training and in its probe (both build on `sft_base`); a rung that leaves it null samples
+    as `policy.decoding` says (brief)."""
+    from alphagym.rl.checkpoints import sft_base
+    from alphagym.rungs import resolve_rung
+
+    params, table = ladder                       # built with policy.decoding=grammar: the default's is brief
+    policy_dir = Path(table["probe@cispo_repo"].deps["policy"])
+    control, default = resolve_rung(params, "cispo_repo_grammar").recipe, resolve_rung(params, "cispo_repo").recipe
+    assert (control.decoding, default.decoding) == ("grammar", None)
+    args = (policy_dir, params.policy.model_copy(update={"decoding": "brief"}), params.dsl.limits,
+            params.briefs.horizon_tolerance)
+    grammar, brief = sft_base(*args, control.decoding), sft_base(*args, default.decoding)
+    assert grammar.grammar is not None and grammar.contracts is None
+    assert brief.contracts is not None and brief.grammar is brief.contracts.grammar

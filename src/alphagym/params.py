@@ -675,6 +675,9 @@ class RlRecipe(Section):
         description="answer cap (TRL: max_completion_length)")
     micro_batch: PosInt = Field(description="sequences per forward pass when sampling and updating")
     briefs: Literal["filtered", "all"] = Field(description="the filter stage's kept briefs, or all training briefs")
+    decoding: Decoding | None = Field(
+        description="how the rung samples, in training and in its probe; null: policy.decoding (the grammar-only "
+                    "control rung sets grammar)")
     adapter: Literal["lora", "dora"] = Field(description="adapter on the SFT policy (its base is the reference)")
     advantage: Literal["gdpo", "combined"] = Field(
         description="gdpo: standardise each channel within the group, weight by priority, sum; combined: "

@@ -47,7 +47,8 @@ def probe(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
     cat, tol, seed = load_catalogue(), params.briefs.horizon_tolerance, params.seed
     briefs = read_briefs(deps["briefs_holdout"], cat)
     checkpoints = [(0, None), *list_checkpoints(deps["checkpoints"])]
-    base = sft_base(deps["policy"], params.policy, params.dsl.limits, params.briefs.horizon_tolerance)
+    base = sft_base(deps["policy"], params.policy, params.dsl.limits, params.briefs.horizon_tolerance,
+                    recipe.decoding)
     base.max_new_tokens, base.micro_batch = recipe.max_new_tokens, recipe.micro_batch
 
     # phase 1: greedy answers, scored on the train window only

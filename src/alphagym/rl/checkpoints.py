@@ -18,9 +18,9 @@ from safetensors import SafetensorError
 
 from alphagym.artifacts import MANIFEST, read_json, verify_manifest
 from alphagym.errors import ArtifactError, PolicyError
+from alphagym.params import Decoding, RlRecipe
 from alphagym.params import Limits as LimitsParams
 from alphagym.params import Policy as PolicyParams
-from alphagym.params import RlRecipe
 from alphagym.policy.backends import base_fingerprint
 from alphagym.policy.model import META, Policy, load_policy, set_decoding
 
@@ -36,15 +36,17 @@ def set_threads(recipe: RlRecipe) -> None:
     numba.set_num_threads(min(recipe.numba_threads, numba.config.NUMBA_NUM_THREADS))
 
 
-def sft_base(sft_policy: Path, cfg: PolicyParams, limits: LimitsParams, tolerance: float) -> Policy:
+def sft_base(sft_policy: Path, cfg: PolicyParams, limits: LimitsParams, tolerance: float,
+             decoding: Decoding | None = None) -> Policy:
     """The policy every rung starts from: the SFT policy with its adapter (if any) merged, so the merged SFT
-    policy is the reference and a rung trains a fresh adapter on it; decoding as `policy.decoding` says, within
-    the verifier's `dsl.limits` (`tolerance`: `briefs.horizon_tolerance`, for `decoding: brief`)."""
+    policy is the reference and a rung trains a fresh adapter on it; decoding as `decoding` (a rung's
+    `recipe.decoding`) or else `policy.decoding` says, within the verifier's `dsl.limits` (`tolerance`:
+    `briefs.horizon_tolerance`, for `decoding: brief`)."""
     policy = load_policy(sft_policy, cfg.hf.nf4)
     if policy.has_adapter:
         policy.model = policy.model.merge_and_unload()
     policy.model.eval()
-    return set_decoding(policy, cfg.decoding, limits, tolerance)
+    return set_decoding(policy, cfg.decoding if decoding is None else decoding, limits, tolerance)
 
 
 def list_checkpoints(folder: Path) -> list[tuple[int, Path]]:

@@ -45,7 +45,8 @@ def build_trainer(params: Params, deps: dict[str, Path], item: str, work: Path |
     recipe = rung.recipe
     set_threads(recipe)
     seed, cat = rung.seed, load_catalogue()
-    policy = sft_base(deps["policy"], params.policy, params.dsl.limits, params.briefs.horizon_tolerance)
+    policy = sft_base(deps["policy"], params.policy, params.dsl.limits, params.briefs.horizon_tolerance,
+                      recipe.decoding)
     torch.manual_seed(seed)
     if recipe.disable_dropout:        # adapter dropout 0 at build time: peft's identity path, no masks drawn
         disable_dropout(policy.model)     # and whatever dropout the base model has
