@@ -62,7 +62,8 @@ def main() -> int:
     policy.max_new_tokens, policy.micro_batch = int(recipe.max_new_tokens), int(recipe.micro_batch)
     source = args.briefs or results / "filter" / "briefs.jsonl"
     briefs = [json.loads(line)["text"] for line in source.read_text().splitlines()]
-    print(f"policy {results / 'sft' / 'tiny' / 'policy'}; briefs {source}")
+    rel = lambda path: path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path  # noqa: E731
+    print(f"policy {rel(results / 'sft' / 'tiny' / 'policy')}; briefs {rel(source)}")
     k, n = int(recipe.briefs_per_step), int(recipe.answers_per_brief)
     set_decoding(policy, "brief", params.dsl.limits, tol)
     policy.generate(briefs[:k], n=n, seed=0, trace=True)                  # warm-up

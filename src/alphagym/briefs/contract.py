@@ -644,6 +644,15 @@ class ContractChecker(PrefixChecker):
             return False
         return check(self.brief, ast, self.catalogue, self.tolerance).ok and holds(self.contract, ast)
 
+    def lacks(self, text: str) -> bool:
+        s = text.lstrip(" \t\n")
+        body = s[len(OPEN):] if s.startswith(OPEN) else ""
+        try:
+            f = scan(self._tokens(body), len(body))
+        except DslError:
+            return True
+        return bool(unmet(self.contract, f.ops, f.fields, f.max_window))
+
     def repairs(self, text: str) -> tuple[str, ...]:
         """A witness as the whole formula of an empty answer, or added as an operand (` + W`) while the
         formula has a requirement unmet; nothing once every requirement is met (the grammar closes it)."""

@@ -148,6 +148,11 @@ class PrefixChecker:
         """Every piece `repairs` may offer (the sampler bounds how fast a completion can grow by them)."""
         return ()
 
+    def lacks(self, text: str) -> bool:
+        """Whether an open answer still lacks something only a `repairs` piece supplies (never, here; a
+        brief's checker: a requirement unmet). Once false it stays false as text is appended."""
+        return False
+
     def repairs(self, text: str) -> tuple[str, ...]:
         """Pieces the completion search tries right after the closing tag, before the grammar's own: none
         here; a brief's checker (`briefs.contract.ContractChecker`) offers formulas that meet its brief."""

@@ -25,8 +25,13 @@ tokens to spare on average (1,215 searches over 320 answers; it forced 2). A tok
 completion by at most 6 tokens (observed over 1,688 consecutive searches), so after a search that leaves
 `slack` tokens the next one comes `slack // (GROWTH + 1)` tokens later (at least 1), before the slack can
 have run out; `watch_searches` counts the searches. Under a brief's checker one token can make the
-completion need a whole witness: its longest witness's tokens are added to GROWTH, and its rows are
-watched from a quarter of the budget on.
+completion need a whole witness: while an answer lacks a requirement (`PrefixChecker.lacks`) its brief's
+longest witness's tokens are added to GROWTH and it is watched from a quarter of the budget on; once every
+requirement is met (they stay met: a brief's counts only grow) it is watched as under the grammar. No
+search is needed while the completion found last still finishes the answer (as it stands, or less what the
+model wrote of it) with slack to spare: its length bounds the shortest one's (`_still_completes`, one state
+check). A search that finds nothing has run its whole budget (about 0.2 s): after each such miss in a row
+the wait before the next doubles, up to 16 times the spacing.
 """
 
 from __future__ import annotations
@@ -104,6 +109,8 @@ class GrammarSampler:
         self.extra: dict[int, int] = {}             # id(checker) -> the token length of its longest repair
         self.forced: dict[int, list[int]] = {}       # batch row -> the completion's tokens still to write
         self.watch_at: dict[int, int] = {}           # batch row -> the answer length of its next watch search
+        self.last: dict[int, tuple[str, str]] = {}   # batch row -> (its text, the completion last found for it)
+        self.missed: dict[int, int] = {}             # batch row -> its watch searches in a row that found nothing
         self.stats = {"draws": 0, "steered": 0, "rejections": 0, "dead_ends": 0, "forced": 0,
                       "watch_searches": 0}
         # token -> its own text when appending it is exact (ASCII, not an added token), else None; None
@@ -128,10 +135,13 @@ class GrammarSampler:
         """The checker of batch row `b`."""
         return self.checker if self.rows is None else self.rows[b]
 
-    def _extra(self, b: int) -> int:
+    def _extra(self, b: int, row: list[int]) -> int:
         """How many tokens more than GROWTH one written token may add to row `b`'s completion: its checker's
-        longest repair (a brief's witness), in this tokenizer's tokens; 0 for the grammar's."""
+        longest repair (a brief's witness), in this tokenizer's tokens, while the answer `row` still lacks
+        what only a repair supplies (`PrefixChecker.lacks`); else 0, as for the grammar's checker."""
         ck = self.checker_of(b)
+        if not ck.lacks(self._text(row)):
+            return 0
         if id(ck) not in self.extra:
             self.extra[id(ck)] = max((len(self.tokenizer(p, add_special_tokens=False)["input_ids"])
                                       for p in ck.repair_pieces()), default=0)
@@ -174,7 +184,22 @@ class GrammarSampler:
         """The tokens of row `b`'s shortest completion, then the end token; None when there is none."""
         text, checker = self._text(row), self.checker_of(b)
         suffix = checker.completion(text) if checker.state(text) == "open" else None
+        if suffix is not None:
+            self.last[b] = (text, suffix)
         return None if suffix is None else [*self.tokenizer(suffix, add_special_tokens=False)["input_ids"], self.eos]
+
+    def _still_completes(self, b: int, text: str) -> int | None:
+        """The token count (with the end token) of row `b`'s last found completion, when it still finishes the
+        answer `text` (as it stands, or less the text written since, when the model wrote the completion's
+        own beginning); None when it does not, or there is none. One state check instead of a search."""
+        last = self.last.get(b)
+        if last is None or not text.startswith(last[0]):
+            return None
+        added, suffix = text[len(last[0]):], last[1]
+        for rest in ((suffix[len(added):],) if suffix.startswith(added) else ()) + (suffix,):
+            if self.checker_of(b).state(text + rest) == "done":
+                return len(self.tokenizer(rest, add_special_tokens=False)["input_ids"]) + 1
+        return None
 
     def _start_forcing(self, b: int, row: list[int], queue: list[int] | None = None) -> None:
         """Queue row `b`'s shortest completion (`queue`, or computed); empty when there is none."""
@@ -187,14 +212,23 @@ class GrammarSampler:
         earlier from `watch_from` on, once the completion needs nearly all the tokens left)."""
         if b not in self.forced and len(row) >= self.closing_from:
             self._start_forcing(b, row)
-        elif b not in self.forced and len(row) >= max(self.watch_from if not self._extra(b) else self.watch_early,
-                                                      self.watch_at.get(b, 0)):
-            queue = self._completion(b, row)
-            self.stats["watch_searches"] += 1
-            slack = self.max_new_tokens - len(row) - (len(queue) if queue is not None else 0) - 2
-            if queue is not None and slack <= 0:
-                self._start_forcing(b, row, queue)
-            self.watch_at[b] = len(row) + max(1, slack // (GROWTH + self._extra(b) + 1))
+        elif b not in self.forced and len(row) >= max(self.watch_early, self.watch_at.get(b, 0)) and (
+                len(row) >= self.watch_from or self._extra(b, row)):
+            text = self._text(row)
+            known = self._still_completes(b, text)
+            if known is not None:          # its length bounds the shortest completion's: no search needed yet
+                slack = self.max_new_tokens - len(row) - known - 2
+                queue = [] if slack > 0 else None
+            if known is None or queue is None:
+                queue = self._completion(b, row)
+                self.stats["watch_searches"] += 1
+                slack = self.max_new_tokens - len(row) - (len(queue) if queue is not None else 0) - 2
+                if queue is not None and slack <= 0:
+                    self._start_forcing(b, row, queue)
+            # a search that found nothing ran its whole budget: the next waits twice as long after each miss
+            self.missed[b] = 0 if queue is not None else self.missed.get(b, 0) + 1
+            step = max(1, slack // (GROWTH + self._extra(b, row) + 1))
+            self.watch_at[b] = len(row) + (step if queue is not None else step << min(self.missed[b], 4))
         queue = self.forced.get(b)
         if queue and self._ok(row, queue[0], b=b):
             return queue.pop(0)
