@@ -112,7 +112,7 @@ def _score(monkeypatch, root, *argv):
     import alphagym.verifier.loading
 
     verifier = _ParseOnlyVerifier()
-    monkeypatch.setattr(alphagym.verifier.loading, "load_verifier", lambda params, window: (verifier, None))
+    monkeypatch.setattr(alphagym.verifier.loading, "load_verifier", lambda params, window, inputs: (verifier, None))
     code = main(["score", *argv, "--no-server", "--params", str(root / "params.yaml"),
                  "--set", "tracking.enabled=false"])
     return code, verifier

@@ -17,6 +17,7 @@ import time
 import pytest
 
 from alphagym.cli import main
+from alphagym.pipeline import verifier_inputs
 from alphagym.verifier.server import SOCKET_ENV, ScoreServer
 
 FORMULA = "rank(ts_std(volume, 20) / ts_mean(volume, 20))"
@@ -45,7 +46,7 @@ def _card(capsys, args) -> dict:
 def server(tmp_path, monkeypatch):
     path = tmp_path / "score.sock"
     monkeypatch.setenv(SOCKET_ENV, str(path))
-    srv = ScoreServer(path, idle_timeout=300)
+    srv = ScoreServer(path, verifier_inputs, idle_timeout=300)
     srv.bind()
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()

@@ -94,10 +94,20 @@ def cmd_stylized(args: argparse.Namespace) -> int:
     return 0
 
 
+def _panel_arg(args: argparse.Namespace, params: Any) -> str | Path:
+    """`--panel`, else the train panel the `panel` stage writes."""
+    if args.panel:
+        return args.panel
+    from alphagym.pipeline import stage_table
+
+    return stage_table(params)["panel"].paths("outs")["train"]
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from alphagym.dsl.tools import run_eval
 
-    report = run_eval(_params(args), args.formula, args.panel, args.out)
+    params = _params(args)
+    report = run_eval(params, args.formula, _panel_arg(args, params), args.out)
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
@@ -122,7 +132,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_alpha101(args: argparse.Namespace) -> int:
     from alphagym.dsl.tools import run_alpha101
 
-    rows = run_alpha101(_params(args), args.panel)
+    params = _params(args)
+    rows = run_alpha101(params, _panel_arg(args, params))
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
@@ -168,9 +179,10 @@ def cmd_score(args: argparse.Namespace) -> int:
         out, note = served["card"], served["note"]
         shown = f"scored by `alphagym serve` (pid {served['pid']})"
     else:
+        from alphagym.pipeline import verifier_inputs
         from alphagym.verifier.loading import load_verifier
 
-        verifier, note = load_verifier(params, args.window)
+        verifier, note = load_verifier(params, args.window, verifier_inputs(params, args.window))
         card = verifier.score(text, answer=answer)
         if args.plot and card.valid:
             from alphagym.verifier.plots import book_figure
@@ -195,6 +207,7 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 def cmd_propose(args: argparse.Namespace) -> int:
     from alphagym.briefs.catalogue import load_catalogue
+    from alphagym.pipeline import stage_table, verifier_inputs
     from alphagym.propose.propose import (
         FIELDS,
         brief_from_fields,
@@ -203,6 +216,7 @@ def cmd_propose(args: argparse.Namespace) -> int:
         propose,
         read_brief_file,
     )
+    from alphagym.verifier.loading import load_verifier
 
     params = _params(args)
     cat = load_catalogue()
@@ -215,12 +229,16 @@ def cmd_propose(args: argparse.Namespace) -> int:
         raise ConfigError(f"-k and -n must be at least 1 (got -k {args.k}, -n {args.n})")
     briefs = (read_brief_file(Path(args.briefs), cat) if args.briefs
               else [brief_from_fields(cat, fields)] if fields else [brief_from_text(cat, args.brief)])
-    policy, source = load_proposer(params, Path(args.checkpoint) if args.checkpoint else None)
+    table = stage_table(params)
+    policy, source = load_proposer(params, Path(table["report"].outs["adapter"]),
+                                   Path(table[f"sft@{params.rl.policy}"].outs["policy"]),
+                                   Path(args.checkpoint) if args.checkpoint else None)
     import torch
 
     torch.set_num_threads(params.policy.threads)
-    out = propose(params, policy, briefs, k=args.k, n=args.n, temperature=args.temperature,
-                  seed=params.seed if args.seed is None else args.seed, book=args.book)
+    verifier, note = load_verifier(params, "train", verifier_inputs(params, "train"))
+    out = propose(params, policy, briefs, verifier, k=args.k, n=args.n, temperature=args.temperature,
+                  seed=params.seed if args.seed is None else args.seed, book=args.book, note=note)
     out["policy"] = source
     if args.json:
         print(json.dumps(out, indent=1, default=float))
@@ -312,12 +330,13 @@ def _score_on_server(args: argparse.Namespace, text: str, answer: bool) -> dict[
 def cmd_serve(args: argparse.Namespace) -> int:
     import signal
 
+    from alphagym.pipeline import verifier_inputs
     from alphagym.verifier.server import ScoreServer, socket_path
 
     _params(args)                          # a broken params.yaml fails here, not at the first request
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _exit_on_signal)
-    server = ScoreServer(socket_path(), idle_timeout=args.idle_timeout,
+    server = ScoreServer(socket_path(), verifier_inputs, idle_timeout=args.idle_timeout,
                          log=lambda line: print(f"alphagym serve: {line}", file=sys.stderr, flush=True))
     server.bind()
     print(f"alphagym serve: pid {os.getpid()} listening at {server.path} for {server.identity['cwd']} "

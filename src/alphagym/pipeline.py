@@ -310,6 +310,18 @@ def stage_table(params: Mapping[str, Any], rows: list[Stage] | None = None) -> d
     return out
 
 
+def verifier_inputs(params: Mapping[str, Any], window: str) -> dict[str, Path]:
+    """The files a verifier of `window` reads (`verifier.loading.load_verifier`; the worlds as their folder),
+    from the rows that write them. The tools that score outside a stage (`score`, `serve`, `propose`) pass
+    these down, and whatever caches a verifier (`alphagym serve`) watches exactly these."""
+    table = stage_table(params)
+    if window == "holdout":
+        return {"panel": Path(table["panel"].outs[window])}
+    wm = table["world_model"].paths("outs")
+    return {"panel": Path(table["panel"].outs[window]), "gates": Path(wm["gates"]), "worlds": Path(wm["worlds"]),
+            "archive": Path(table["archive"].paths("outs")["archive"])}
+
+
 def final_targets(params: Mapping[str, Any], rows: list[Stage] | None = None) -> list[str]:
     """What `snakemake` with no target builds: every stage's outputs."""
     return [p for s in stage_table(params, rows).values() for p in s.outs.values()]

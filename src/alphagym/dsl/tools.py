@@ -1,4 +1,8 @@
-"""The `eval` and `alpha101` tools: inspect one formula, or the paper's 101 (the CLI prints the results)."""
+"""The `eval` and `alpha101` tools: inspect one formula, or the paper's 101 (the CLI prints the results).
+
+The panel comes as a path: the default (the `panel` stage's train output) is named by the stage table,
+which sits above the formula language, so the CLI resolves it.
+"""
 
 from __future__ import annotations
 
@@ -14,12 +18,6 @@ from alphagym.dsl.evaluate import Evaluator
 from alphagym.dsl.parser import Limits, lookback, parse
 from alphagym.panel import DSL_FIELDS, Panel
 from alphagym.params import Params
-from alphagym.pipeline import stage_table
-
-
-def default_panel(params: Params) -> Path:
-    """The train panel the `panel` stage writes."""
-    return stage_table(params)["panel"].paths("outs")["train"]
 
 
 def summarize(values: np.ndarray) -> dict[str, float]:
@@ -35,17 +33,17 @@ def summarize(values: np.ndarray) -> dict[str, float]:
     return out
 
 
-def run_eval(params: Params, formula: str, panel_path: str | None, out: str | None) -> dict[str, Any]:
+def run_eval(params: Params, formula: str, panel_path: str | Path, out: str | None) -> dict[str, Any]:
     limits = Limits.from_params(params.dsl.limits)
     ast = parse(formula, limits)
     report: dict[str, Any] = {
         "formula": formula, "canonical": canonical(ast, params.dsl.window_buckets),
         "nodes": node_count(ast), "lookback": lookback(ast), "fields": fields_used(ast),
         "operators": operators_used(ast)}
-    panel = Panel.read_parquet(panel_path or default_panel(params))
+    panel = Panel.read_parquet(panel_path)
     ev = Evaluator(panel)
     values = ev.evaluate(ast)
-    report["panel"] = {"path": str(panel_path or default_panel(params)), "days": panel.shape[0],
+    report["panel"] = {"path": str(panel_path), "days": panel.shape[0],
                        "stocks": panel.shape[1], "first": str(panel.dates[0].date()),
                        "last": str(panel.dates[-1].date())}
     report["values"] = summarize(values)
@@ -60,10 +58,11 @@ def run_eval(params: Params, formula: str, panel_path: str | None, out: str | No
     return report
 
 
-def run_alpha101(params: Params, panel_path: str | None) -> list[dict[str, Any]]:
+def run_alpha101(params: Params, panel_path: str | Path) -> list[dict[str, Any]]:
+    """The paper's alphas described, with their coverage on the panel at `panel_path` when it exists."""
     limits = Limits.from_params(params.dsl.limits)
     panel = None
-    path = Path(panel_path) if panel_path else default_panel(params)
+    path = Path(panel_path)
     if path.is_file():
         panel = Panel.read_parquet(path)
     fields = frozenset(DSL_FIELDS) | (frozenset({"cap"}) if panel is not None and "cap" in panel.fields else

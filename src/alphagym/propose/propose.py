@@ -10,6 +10,9 @@ compliance by check and mechanism fidelity (`briefs.idea`). `book` adds the corr
 every valid answer, chosen on train numbers (`books.metrics.capped_selection`) and measured on the train
 window.
 
+The policy folders and the verifier come from the caller (the CLI resolves them from the stage table):
+the areas sit below the table, which only the CLI and the stage dispatcher read.
+
 Nothing here reads the holdout panel: the policy folders, the briefs catalogue and the train-window
 verifier inputs (train panel, novelty archive, stress worlds) are all it opens (the end-to-end test,
 tests/test_pipeline.py, runs it with the holdout panel removed). The shipped adapter was chosen by the
@@ -32,10 +35,8 @@ from alphagym.briefs.generate import contradicts, json_object, read_text, render
 from alphagym.briefs.idea import IdeaCheck
 from alphagym.errors import BriefError, PolicyError
 from alphagym.params import Params
-from alphagym.pipeline import stage_table
 from alphagym.policy.model import META, Policy, load_policy, set_decoding
 from alphagym.rl.checkpoints import at_checkpoint, sft_base
-from alphagym.verifier.loading import load_verifier
 from alphagym.verifier.verifier import Verifier
 
 # catalogue fields of a brief given as options; risk is not checked (it only words the brief)
@@ -105,16 +106,15 @@ def brief_from_text(cat: Catalogue, text: str) -> dict[str, Any]:
     return {**(fields or {}), "text": text.strip() if fields is None else text}
 
 
-def load_proposer(params: Params, checkpoint: Path | None = None) -> tuple[Policy, str]:
+def load_proposer(params: Params, shipped: Path, sft_folder: Path, checkpoint: Path | None = None
+                  ) -> tuple[Policy, str]:
     """The policy that answers, with `policy.decoding` as configured, and where it came from. Default: the
-    shipped adapter (the report stage's, chosen on train CPCV) on the SFT policy of `rl.policy`, or that SFT
-    policy itself when the report shipped step 0. A
+    shipped adapter (`shipped`: the report stage's, chosen on train CPCV) on the SFT policy of `rl.policy`
+    (`sft_folder`), or that SFT policy itself when the report shipped step 0. A
     `checkpoint`: an RL checkpoint folder (put on that SFT policy) or a saved policy (an SFT policy). A
     folder that is neither is a PolicyError naming it."""
-    table = stage_table(params)
-    sft_folder = Path(table[f"sft@{params.rl.policy}"].outs["policy"])
     tol = params.briefs.horizon_tolerance
-    folder = Path(checkpoint) if checkpoint is not None else Path(table["report"].outs["adapter"])
+    folder = Path(checkpoint) if checkpoint is not None else Path(shipped)
     if not folder.is_dir():
         if checkpoint is not None:
             raise PolicyError(f"{folder} is not a folder (give a checkpoint or policy folder)")
@@ -153,18 +153,16 @@ def _card_row(card: Any, count: int, idea: IdeaCheck | None, mechanism: str | No
     return row
 
 
-def propose(params: Params, policy: Policy, briefs: Sequence[Mapping[str, Any]], k: int = 16, n: int = 5,
-            temperature: float = 1.0, seed: int = 0, book: bool = False,
-            verifier: Verifier | None = None) -> dict[str, Any]:
+def propose(params: Params, policy: Policy, briefs: Sequence[Mapping[str, Any]], verifier: Verifier,
+            k: int = 16, n: int = 5, temperature: float = 1.0, seed: int = 0, book: bool = False,
+            note: str | None = None) -> dict[str, Any]:
     """`k` answers to each brief, the best `n` distinct valid formulas by train CPCV with their cards, and
-    (`book`) the capped book over all valid answers. A k or n below 1 is a BriefError."""
+    (`book`) the capped book over all valid answers. `verifier`: the train window's (`load_verifier`), and
+    `note` what its loading said, kept in the output. A k or n below 1 is a BriefError."""
     if k < 1 or n < 1:
         raise BriefError(f"k and n must be at least 1 (k={k}, n={n})")
     cat = load_catalogue()
     tol = params.briefs.horizon_tolerance
-    note = None
-    if verifier is None:
-        verifier, note = load_verifier(params, "train")
     texts = [b["text"] for b in briefs]
     groups = policy.generate(texts, n=k, temperature=temperature, seed=seed)
     out: dict[str, Any] = {"decoding": params.policy.decoding, "k": k, "temperature": temperature, "seed": seed,

@@ -1,11 +1,13 @@
 """Build verifiers from the pipeline's outputs: the novelty archive, the kept stress worlds, a panel.
 
-Paths come from the stage table, so the `score` tool and later stages (RL, probe) read exactly the files
-the stages wrote.
+Paths come in as arguments: the callers resolve them from the stage table, which sits above the verifier
+(`pipeline.verifier_inputs` for the tools, a stage's deps for the stages), so the `score` tool and later
+stages (RL, probe) read exactly the files the stages wrote.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from alphagym.artifacts import read_json
@@ -15,7 +17,6 @@ from alphagym.dsl.parser import Limits
 from alphagym.engine.scorer import BookScorer
 from alphagym.panel import DSL_FIELDS, Panel
 from alphagym.params import Params
-from alphagym.pipeline import stage_table
 from alphagym.verifier.archive import NoveltyArchive
 from alphagym.verifier.verifier import Verifier
 
@@ -51,23 +52,12 @@ def _read(path: Path, cache_dir: Path | None) -> Panel:
     return Panel.read_parquet(path) if cache_dir is None else Panel.read_parquet_cached(path, cache_dir)
 
 
-def verifier_inputs(params: Params, window: str) -> dict[str, Path]:
-    """The files `load_verifier` reads for a window (the worlds as their folder): one list, so whatever
-    caches a verifier (`alphagym serve`) watches exactly these."""
-    table = stage_table(params)
-    if window == "holdout":
-        return {"panel": Path(table["panel"].outs[window])}
-    wm = table["world_model"].paths("outs")
-    return {"panel": Path(table["panel"].outs[window]), "gates": Path(wm["gates"]), "worlds": Path(wm["worlds"]),
-            "archive": Path(table["archive"].paths("outs")["archive"])}
-
-
-def load_verifier(params: Params, window: str) -> tuple[Verifier, str | None]:
+def load_verifier(params: Params, window: str, inputs: Mapping[str, Path]) -> tuple[Verifier, str | None]:
     """A verifier on the train or holdout panel; the train one loads the archive (or seeds it in memory)
     and, with R3 on, the kept stress worlds. Returns a note when something had to be built in memory.
-    Panels are read through dense copies under `<results>/cache/panels` (`Panel.read_parquet_cached`):
-    this is the `score` command's start-up."""
-    inputs = verifier_inputs(params, window)
+    `inputs`: the files it reads, by role (`pipeline.verifier_inputs`: the panel; for the train window also
+    the gate report, the worlds' folder and the archive). Panels are read through dense copies under
+    `<results>/cache/panels` (`Panel.read_parquet_cached`): this is the `score` command's start-up."""
     cache = results_dir(params) / "cache" / "panels"
     panel = _read(inputs["panel"], cache)
     if window == "holdout":

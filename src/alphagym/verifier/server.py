@@ -26,7 +26,7 @@ import os
 import socket
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -116,24 +116,24 @@ def _stat(p: Path) -> list[Any]:
     return [str(p), st.st_size, st.st_mtime_ns, st.st_ino]
 
 
-def input_signature(params: Params, window: str) -> list[Any]:
-    """What `load_verifier(params, window)` reads, as (path, size, mtime_ns, inode) rows."""
-    from alphagym.verifier.loading import verifier_inputs
-
+def input_signature(inputs: Mapping[str, Path]) -> list[Any]:
+    """The files a verifier read (`load_verifier`'s `inputs`, a folder as its parquet files), as
+    (path, size, mtime_ns, inode) rows."""
     rows = []
-    for path in verifier_inputs(params, window).values():
+    for path in inputs.values():
         files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
         rows += [_stat(p) for p in files]
     return rows
 
 
 class ScoreServer:
-    """Serves score requests for the project folder it runs in. `served`, `reloads` and `refused` count
-    what it did (the tests read them)."""
+    """Serves score requests for the project folder it runs in. `inputs(params, window)`: the files a
+    verifier reads (`pipeline.verifier_inputs`, which the CLI passes: the server resolves params per
+    request). `served`, `reloads` and `refused` count what it did (the tests read them)."""
 
-    def __init__(self, path: Path, idle_timeout: float = 3600.0,
-                 log: Callable[[str], None] = lambda line: None) -> None:
-        self.path, self.idle_timeout, self.log = Path(path), float(idle_timeout), log
+    def __init__(self, path: Path, inputs: Callable[[Params, str], Mapping[str, Path]],
+                 idle_timeout: float = 3600.0, log: Callable[[str], None] = lambda line: None) -> None:
+        self.path, self.inputs, self.idle_timeout, self.log = Path(path), inputs, float(idle_timeout), log
         self.identity = _client_identity()
         self.code = code_signature()
         self.verifiers: dict[str, tuple[list[Any], Any, str | None]] = {}
@@ -257,14 +257,15 @@ class ScoreServer:
 
         params = load_params(params_file, overrides)
         key = json.dumps([to_builtin(params), window], sort_keys=True, default=str)
-        signature = input_signature(params, window)
+        inputs = self.inputs(params, window)
+        signature = input_signature(inputs)
         cached = self.verifiers.get(key)
         if cached is not None and cached[0] == signature:
             return cached[1], cached[2], False
-        verifier, note = load_verifier(params, window)
+        verifier, note = load_verifier(params, window, inputs)
         # read again after loading: a file replaced while it was being read must not pin the old version
         self.verifiers.pop(key, None)
-        self.verifiers[key] = (signature if input_signature(params, window) == signature else [], verifier, note)
+        self.verifiers[key] = (signature if input_signature(inputs) == signature else [], verifier, note)
         while len(self.verifiers) > self.max_verifiers:          # oldest first: dicts keep insertion order
             self.verifiers.pop(next(iter(self.verifiers)))
         self.reloads += 1
