@@ -60,8 +60,8 @@ def main() -> int:
     for a in answers:                                            # JIT warm-up
         verifier.score(a, answer=True)
     ref_ev = ReferenceEvaluator(train)
-    evaluators = [verifier.evaluator] + [s.evaluator for s in (verifier.stress or {}).values()]
-    evaluators += [verifier.stress_base.evaluator] if verifier.stress_base is not None else []
+    evaluators = [verifier.evaluator, *verifier.stress_evaluators.values()]
+    evaluators += [verifier.stress_base_evaluator] if verifier.stress_base_evaluator is not None else []
 
     def score(a: str) -> None:
         if args.cold:

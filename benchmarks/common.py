@@ -54,7 +54,8 @@ def scoring_verifier(params: dict, stress_worlds: str | None = None, kept_only: 
         else:
             worlds = {p.stem: Panel.read_parquet(p) for p in sorted(Path(stress_worlds).glob("*.parquet"))}
     verifier = Verifier(train, params, stress_worlds=worlds)
-    seed_archive(train, params, progress=False, archive=verifier.archive, scorer=verifier.scorer)
+    seed_archive(train, params, progress=False, archive=verifier.archive, scorer=verifier.scorer,
+                 evaluator=verifier.evaluator)
     return train, verifier
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from alphagym.config import load_params
 from alphagym.dsl.alpha101 import alpha101
+from alphagym.dsl.evaluate import Evaluator
 from alphagym.engine.scorer import BookScorer, tail_scorer
 from alphagym.panel import DSL_FIELDS
 from alphagym.verifier.verifier import Verifier
@@ -32,12 +33,13 @@ def test_the_span_matches_the_whole_panels_rows_on_the_alpha101_library(sim_pane
     train = sim_panels[0]
     v, sessions, warmup = base["verifier"], 1008, int(base["dsl"]["limits"]["max_lookback"])
     whole, tail = BookScorer(train, v), tail_scorer(train, v, sessions, warmup)
+    whole_ev, tail_ev = Evaluator(whole.panel), Evaluator(tail.panel)
     assert tail.panel.shape[0] == sessions + warmup + 2 and int(tail.rows.sum()) == sessions
     exact, gaps = 0, []
     for a in alpha101(panel_fields=frozenset(DSL_FIELDS)):
         if not a.usable:
             continue
-        want, got = whole.net(a.ast)[-sessions:], tail.net(a.ast)[tail.rows]
+        want, got = whole.net(*whole_ev.signal(a.ast))[-sessions:], tail.net(*tail_ev.signal(a.ast))[tail.rows]
         exact += bool(np.array_equal(got, want))
         gaps.append(abs(tail.cpcv_of_net(got) - tail.cpcv_of_net(want)))
     assert len(gaps) >= 90 and exact >= 0.7 * len(gaps), (exact, len(gaps))
@@ -45,7 +47,8 @@ def test_the_span_matches_the_whole_panels_rows_on_the_alpha101_library(sim_pane
     # a warm-up shorter than a formula's look-back changes its rows well beyond rounding
     short = tail_scorer(train, v, sessions, 100)
     f = parse("rank(ts_std(returns, 200))")
-    assert np.abs(short.net(f)[short.rows] - whole.net(f)[-sessions:]).max() > 1e-3
+    got = short.net(*Evaluator(short.panel).signal(f))[short.rows]
+    assert np.abs(got - whole.net(*whole_ev.signal(f))[-sessions:]).max() > 1e-3
     # a panel no longer than the span and its warm-up is scored whole
     assert tail_scorer(train.slice_days(0, 1200), v, sessions, warmup).panel.shape[0] == 1200
 

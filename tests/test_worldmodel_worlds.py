@@ -168,11 +168,13 @@ def test_r3_in_the_verifier(generator):
     f = "rank(ts_std(volume, 10) / ts_mean(volume, 10))"
     assert "jepa_stress" in v0.score(f).skipped and v0.score(f).channels["jepa_stress"] == 0.0
     c1 = v1.score(f)
+    from alphagym.dsl.evaluate import Evaluator
     from alphagym.dsl.parser import parse
     from alphagym.engine.scorer import BookScorer
 
     # the world starts a day later
-    same_days = BookScorer(p.slice_days(1, p.shape[0]), params["verifier"]).cpcv(parse(f))
+    world = p.slice_days(1, p.shape[0])
+    same_days = BookScorer(world, params["verifier"]).cpcv(*Evaluator(world).signal(parse(f)))
     assert c1.metrics["cpcv_world_identity"] == pytest.approx(same_days, abs=1e-3)
     c2 = v2.score(f)
     want = stress_channel(c2.channels["cpcv"], [c2.metrics["cpcv_world_vol"], c2.metrics["cpcv_world_crash"]], 0.4)

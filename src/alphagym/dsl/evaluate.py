@@ -69,6 +69,12 @@ class Evaluator:
         out = self._eval(node, cache)
         return out if out.shape == self.shape else np.broadcast_to(out, self.shape).copy()
 
+    def signal(self, node: Node) -> tuple[np.ndarray, bool]:
+        """What a book is built from (`engine.scorer.BookScorer.net`, `.cpcv`): the formula's values and
+        whether they already are a cross-sectional rank (`is_rank_root`), which the engine cannot tell from
+        an array."""
+        return self.evaluate(node), is_rank_root(node)
+
     def _eval(self, node: Node, cache: dict[Node, np.ndarray]) -> np.ndarray | np.float64:
         hit = cache.get(node)
         if hit is not None:

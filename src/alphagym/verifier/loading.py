@@ -13,6 +13,7 @@ from pathlib import Path
 from alphagym.artifacts import read_json
 from alphagym.config import results_dir
 from alphagym.dsl.alpha101 import alpha101
+from alphagym.dsl.evaluate import Evaluator
 from alphagym.dsl.parser import Limits
 from alphagym.engine.scorer import BookScorer
 from alphagym.panel import DSL_FIELDS, Panel
@@ -22,19 +23,22 @@ from alphagym.verifier.verifier import Verifier
 
 
 def seed_archive(panel: Panel, params: Params, progress: bool = True, archive: NoveltyArchive | None = None,
-                 scorer: BookScorer | None = None) -> tuple[NoveltyArchive, dict[str, int]]:
+                 scorer: BookScorer | None = None, evaluator: Evaluator | None = None
+                 ) -> tuple[NoveltyArchive, dict[str, int]]:
     """Add every usable Alpha101 book that trades (valid under the verifier's rules or not) to an archive.
-    `scorer`: a train-window scorer of `panel` to reuse (a verifier's), else one is built."""
+    `scorer`, `evaluator`: a train-window scorer of `panel` and an evaluator of it to reuse (a verifier's),
+    else they are built."""
     from tqdm import tqdm
 
     scorer = scorer or BookScorer(panel, params.verifier)
+    evaluator = evaluator or Evaluator(panel)
     if archive is None:
         archive = NoveltyArchive(int(scorer.rows.sum()), params.verifier.novelty_pnl.capacity)
     alphas = [a for a in alpha101(Limits.from_params(params.dsl.limits), frozenset(DSL_FIELDS)) if a.usable]
     added = 0
     for a in tqdm(alphas, desc="seeding novelty archive", disable=not progress, unit="alpha"):
         before = len(archive)
-        archive.add(scorer.net(a.ast)[scorer.rows], a.canonical, f"alpha101#{a.number}")
+        archive.add(scorer.net(*evaluator.signal(a.ast))[scorer.rows], a.canonical, f"alpha101#{a.number}")
         added += len(archive) > before
     return archive, {"alphas": len(alphas), "added": added}
 
@@ -69,5 +73,6 @@ def load_verifier(params: Params, window: str, inputs: Mapping[str, Path]) -> tu
     if path.is_file():
         return Verifier(panel, params, NoveltyArchive.load(path), stress_worlds=worlds), None
     verifier = Verifier(panel, params, stress_worlds=worlds)
-    seed_archive(panel, params, progress=False, archive=verifier.archive, scorer=verifier.scorer)
+    seed_archive(panel, params, progress=False, archive=verifier.archive, scorer=verifier.scorer,
+                 evaluator=verifier.evaluator)
     return verifier, f"{path} not found: seeded the novelty archive with Alpha101 in memory (run `alphagym archive`)"

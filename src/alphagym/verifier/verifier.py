@@ -23,7 +23,7 @@ from alphagym.dsl.answer import extract
 from alphagym.dsl.ast import Node
 from alphagym.dsl.canonical import canonical, fields_used, node_count
 from alphagym.dsl.errors import AnswerTagError, DslError
-from alphagym.dsl.evaluate import is_rank_root
+from alphagym.dsl.evaluate import Evaluator, is_rank_root
 from alphagym.dsl.parser import Limits, lookback, parse
 from alphagym.engine.book import Book, leg_names, market_forward
 from alphagym.engine.scorer import BookScorer, span_scorers
@@ -108,7 +108,7 @@ class Verifier:
         # P&L rows that count: all train rows; in the holdout panel only the holdout year (not the warm-up)
         rows = None if window == "train" else panel.in_holdout[:-2].copy()
         self.scorer = BookScorer(panel, self.cfg, rows, holdout_costs=window == "holdout")
-        self.evaluator = self.scorer.evaluator
+        self.evaluator = Evaluator(panel)
         self.min_valid = self.scorer.min_valid
         self.fwd = self.scorer.fwd
         self.market = market_forward(self.fwd)
@@ -129,6 +129,10 @@ class Verifier:
             self.stress, self.stress_base = span_scorers(panel, stress_worlds, self.cfg,
                                                          self.cfg.jepa_stress.sessions,
                                                          params.dsl.limits.max_lookback)
+        # the scorers take signals: one evaluator per scorer's panel (a world's span, the train span), each
+        # keeping its own field ranks across formulas
+        self.stress_evaluators = {name: Evaluator(sc.panel) for name, sc in (self.stress or {}).items()}
+        self.stress_base_evaluator = Evaluator(self.stress_base.panel) if self.stress_base is not None else None
         self.stress_worlds = stress_worlds or {}
         # the holdout score charges turnover as R5 does, at the holdout block's cap and slope
         self.holdout_turnover = Turnover(cap=self.cfg.holdout.turnover_cap, slope=self.cfg.holdout.turnover_slope)
@@ -262,10 +266,11 @@ class Verifier:
             clip = self.cfg.holdout.clip
             metrics["holdout_score"] = float(np.clip(cpcv + turnover_pen, -clip, clip))
         if self.stress:
-            world_cpcv = {name: sc.cpcv(ast) for name, sc in self.stress.items()}
+            world_cpcv = {name: sc.cpcv(*self.stress_evaluators[name].signal(ast))
+                          for name, sc in self.stress.items()}
             base = cpcv
             if self.stress_base is not None:
-                base = metrics["cpcv_stress_span"] = self.stress_base.cpcv(ast)
+                base = metrics["cpcv_stress_span"] = self.stress_base.cpcv(*self.stress_base_evaluator.signal(ast))
             chans["jepa_stress"] = ch.jepa_stress(base, list(world_cpcv.values()), self.cfg.jepa_stress.scale)
             metrics.update({f"cpcv_world_{k}": v for k, v in world_cpcv.items()})
         else:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from alphagym.dsl.errors import DslError
+from alphagym.dsl.evaluate import Evaluator
 from alphagym.dsl.parser import parse
 from alphagym.engine.book import sharpe
 from alphagym.engine.scorer import BookScorer, span_scorers
@@ -42,18 +43,22 @@ def channel_aucs(train: Panel, worlds: dict[str, Panel], formulas: list[str], sp
     world_early, early_span = span_scorers(early_panel,
                                            {c: p.slice_days(0, split - 1) for c, p in worlds.items()}, v,
                                            v.jepa_stress.sessions, params.dsl.limits.max_lookback)
+    # the scorers take signals: one evaluator per scorer's panel
+    early_ev, late_ev = Evaluator(early.panel), Evaluator(late.panel)
+    world_ev = {c: Evaluator(s.panel) for c, s in world_early.items()}
+    span_ev = Evaluator(early_span.panel) if early_span is not None else None
     rows = []
     for text in formulas:
         try:
             ast = parse(text)
         except DslError:
             continue
-        e = early.net(ast)
+        e = early.net(*early_ev.signal(ast))
         if float(np.abs(e).sum()) == 0.0:
             continue                                   # a flat book says nothing about degradation
-        base = early.cpcv_of_net(e) if early_span is None else early_span.cpcv(ast)
-        drops = {c: max(0.0, base - s.cpcv(ast)) for c, s in world_early.items()}
-        rows.append((sharpe(e) - sharpe(late.net(ast)) > degrade_sharpe, drops))
+        base = early.cpcv_of_net(e) if early_span is None else early_span.cpcv(*span_ev.signal(ast))
+        drops = {c: max(0.0, base - s.cpcv(*world_ev[c].signal(ast))) for c, s in world_early.items()}
+        rows.append((sharpe(e) - sharpe(late.net(*late_ev.signal(ast))) > degrade_sharpe, drops))
     labels = np.array([r[0] for r in rows])
     out: dict[str, Any] = {"formulas": len(rows), "degraders": int(labels.sum())}
     for c in worlds:
