@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import grimp
@@ -36,16 +38,45 @@ def test_import_contracts_hold(root):
     assert "0 broken" in out.stdout
 
 
-def test_a_wrong_way_import_breaks_the_layers(root, tmp_path):
-    """The contract can fail: the panel module (bottom layer) importing the verifier (an area) breaks it."""
+@pytest.mark.parametrize("module, imports", [
+    ("panel", "alphagym.verifier.channels"),       # a bottom layer importing an area
+    ("dsl.tools", "alphagym.pipeline"),           # an area reading the stage table instead of taking paths
+    ("engine.scorer", "alphagym.dsl.evaluate"),   # one of a layer's independent modules importing another
+])
+def test_a_wrong_way_import_breaks_the_layers(root, tmp_path, module, imports):
+    """The contract can fail: one import against the order, added to a copy of the package, breaks it."""
     shutil.copytree(root / "src" / "alphagym", tmp_path / "src" / "alphagym",
                     ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(root / "pyproject.toml", tmp_path / "pyproject.toml")
-    panel = tmp_path / "src" / "alphagym" / "panel.py"
-    panel.write_text(panel.read_text() + "\nimport alphagym.verifier.channels  # noqa\n")
+    source = tmp_path / "src" / "alphagym" / (module.replace(".", "/") + ".py")
+    source.write_text(source.read_text() + f"\nimport {imports}  # noqa\n")
     out = _lint(tmp_path, str(tmp_path / "src"))
     assert out.returncode != 0 and "BROKEN" in out.stdout
-    assert "alphagym.panel -> alphagym.verifier.channels" in out.stdout
+    assert f"alphagym.{module} -> {imports}" in out.stdout
+
+
+def _unlayered(root: Path) -> set[str]:
+    """The modules directly under src/alphagym that the package's layers contract does not name, and the
+    names it holds that are no such module. A module left out of the layers may import anything."""
+    package = root / "src" / "alphagym"
+    modules = {f"alphagym.{p.stem}" for p in package.iterdir()
+               if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()}
+    contracts = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    layers = next(c["layers"] for c in contracts if c["type"] == "layers" and "alphagym.cli" in c["layers"])
+    named = {m.strip() for layer in layers for m in re.split(r"[|:]", layer)}
+    return modules ^ named
+
+
+def test_every_module_of_the_package_is_in_a_layer(root, tmp_path):
+    assert not _unlayered(root)
+    # the check can fail: a new area, or one dropped from the contract
+    shutil.copytree(root / "src" / "alphagym", tmp_path / "src" / "alphagym",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "src" / "alphagym" / "newarea").mkdir()
+    (tmp_path / "src" / "alphagym" / "newarea" / "__init__.py").write_text("")
+    (tmp_path / "pyproject.toml").write_text((root / "pyproject.toml").read_text()
+                                             .replace(" | alphagym.books", ""))
+    assert _unlayered(tmp_path) == {"alphagym.newarea", "alphagym.books"}
 
 
 def _covered(module: str, declared: tuple[str, ...]) -> bool:

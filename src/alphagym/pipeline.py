@@ -1,4 +1,5 @@
-"""The stage table: the one description of the DAG. Snakemake, DVC, the CLI and the stage functions read it.
+"""The stage table: the one description of the DAG. Snakemake, DVC, the CLI and the stage dispatcher read it;
+the areas below them take the paths they are handed (an import-linter layer keeps them from reading it).
 
 Each row declares a stage: the function that runs it, its inputs and outputs (by role), the params keys it
 reads and the package code it runs. Nothing else builds a result path:
