@@ -88,6 +88,21 @@ def test_a_requirement_is_completed_inside_a_call_that_uses_up_an_operator_count
         assert check(b, parse(formula), cat, TOL).ok and formula.count("ts_corr") == 1, formula
 
 
+def test_a_cut_off_name_lives_while_one_of_its_completions_is_allowed(cat):
+    """Under "no ts_argmax/ts_argmin" and "prices only", `ts_arg` and `vol` can only become forbidden names:
+    dead at once, so the sampler steers away there instead of ending the answer at a dead end; `ts_` can
+    still become an allowed call, and its completion takes one."""
+    b = dict(id="t4", mechanism="range_expansion", horizon=21, input_rule="price_only", structure="ranked",
+             forbidden="no_argext")
+    ck = ContractChecker(compile_brief(b, cat, TOL), b, cat, TOL)
+    assert PrefixChecker().state("<alpha>rank(ts_arg") == PrefixChecker().state("<alpha>rank(vol") == "open"
+    for prefix in ("<alpha>rank(ts_arg", "<alpha>rank(ts_argmax", "<alpha>rank(vol"):
+        assert ck.state(prefix) == "dead", prefix
+    suffix = ck.completion("<alpha>rank(ts_")
+    assert suffix is not None
+    assert check(b, parse(("<alpha>rank(ts_" + suffix)[len("<alpha>"):-len("</alpha>")]), cat, TOL).ok
+
+
 def test_cut_formulas_completed_under_random_briefs_comply(cat):
     """Fuzz: 1,000 drawn briefs x a random formula cut at a random point: whenever the checker keeps the
     prefix and completes it, the answer passes every hard check of its brief."""

@@ -644,6 +644,13 @@ class ContractChecker(PrefixChecker):
             return False
         return check(self.brief, ast, self.catalogue, self.tolerance).ok and holds(self.contract, ast)
 
+    def allows(self, name: str) -> bool:
+        c = self.contract
+        if name.endswith("("):
+            op = name[:-1]
+            return op not in c.forbid_ops and all(o != op or hi > 0 for o, _, hi in c.op_counts)
+        return name not in c.forbid_fields
+
     def lacks(self, text: str) -> bool:
         s = text.lstrip(" \t\n")
         body = s[len(OPEN):] if s.startswith(OPEN) else ""

@@ -148,6 +148,11 @@ class PrefixChecker:
         """Every piece `repairs` may offer (the sampler bounds how fast a completion can grow by them)."""
         return ()
 
+    def allows(self, name: str) -> bool:
+        """Whether a field (`close`) or a call (`ts_mean(`) may appear at all: always, here; a brief's checker
+        refuses its forbidden ones, so a cut-off name whose every completion is forbidden is not viable."""
+        return True
+
     def lacks(self, text: str) -> bool:
         """Whether an open answer still lacks something only a `repairs` piece supplies (never, here; a
         brief's checker: a requirement unmet). Once false it stays false as text is appended."""
@@ -183,12 +188,12 @@ class PrefixChecker:
 
     def _completions(self, name: str) -> list[str]:
         """One field-like and one call-like completion of a cut-off name (which one does not matter to the
-        parser), plus the adv and IndClass forms."""
+        parser), plus the adv and IndClass forms: the first of each that `allows`."""
         out = []
-        field = next((f for f in self.fields if f.startswith(name)), None)
+        field = next((f for f in self.fields if f.startswith(name) and self.allows(f)), None)
         if field:
             out.append(field)
-        fn = next((f for f in _FUNCTIONS if f.startswith(name)), None)
+        fn = next((f for f in _FUNCTIONS if f.startswith(name) and self.allows(ALIASES.get(f, f) + "(")), None)
         if fn:
             out.append(fn + "(")
         if "adv20".startswith(name):
