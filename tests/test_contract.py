@@ -103,6 +103,17 @@ def test_a_cut_off_name_lives_while_one_of_its_completions_is_allowed(cat):
     assert check(b, parse(("<alpha>rank(ts_" + suffix)[len("<alpha>"):-len("</alpha>")]), cat, TOL).ok
 
 
+def test_an_operator_cut_in_half_is_judged_as_the_operator_it_can_only_become(cat):
+    """Under "no conditionals or comparisons", `high |` can only become `high ||`, `high !` only `high !=`
+    and `high <.` only a comparison with a number: dead at once under the brief, open under the grammar."""
+    b = dict(id="t5", mechanism="range_expansion", horizon=21, input_rule="price_only", structure="ranked",
+             forbidden="no_conditionals")
+    ck = ContractChecker(compile_brief(b, cat, TOL), b, cat, TOL)
+    for prefix in ("<alpha>rank(high |", "<alpha>rank(high &", "<alpha>rank(high !", "<alpha>rank(high <."):
+        assert PrefixChecker().state(prefix) == "open" and ck.state(prefix) == "dead", prefix
+    assert ck.state("<alpha>rank(high - 1.") == "open"
+
+
 def test_cut_formulas_completed_under_random_briefs_comply(cat):
     """Fuzz: 1,000 drawn briefs x a random formula cut at a random point: whenever the checker keeps the
     prefix and completes it, the answer passes every hard check of its brief."""

@@ -48,7 +48,7 @@ from alphagym.dsl.canonical import fields_used
 from alphagym.dsl.errors import DslError
 from alphagym.dsl.lexer import Token
 from alphagym.dsl.parser import Limits, parse
-from alphagym.dsl.prefix import OPEN, PrefixChecker
+from alphagym.dsl.prefix import OPEN, PrefixChecker, halves_completed
 from alphagym.dsl.registry import ALIASES, FIELDS, OPS
 from alphagym.errors import BriefError
 from alphagym.panel import DSL_FIELDS
@@ -631,6 +631,9 @@ class ContractChecker(PrefixChecker):
         return self.complete(formula) and self._complies(formula)
 
     def _keeps(self, formula: str) -> bool:
+        # a token cut in half is judged completed: 'x |' can only become 'x || ...', which a brief without
+        # conditionals refuses (left open, it would be a dead end one token later)
+        formula = halves_completed(formula)
         try:
             tokens = self._tokens(formula)
         except DslError:

@@ -46,6 +46,13 @@ _HALF_OPERATOR = {"|": "|", "&": "&", "!": "=", "=": "="}
 _INDCLASS = tuple(f"indclass.{g}" for g in GROUPS)
 
 
+def halves_completed(formula: str) -> str:
+    """The formula with a token cut in half at its end completed ('x |' -> 'x ||', 'x <.' -> 'x <.1'), or
+    unchanged when there is none."""
+    half = "1" if _HALF_NUMBER.search(formula) else _HALF_OPERATOR.get(formula[-1:])
+    return formula + half if half is not None else formula
+
+
 class PrefixChecker:
     """`state(text)` of an answer being written: 'dead', 'open' (viable, not finished) or 'done'
     (`<alpha>FORMULA</alpha>` with a formula that parses; only the end token may follow). Fields the panel
@@ -181,8 +188,8 @@ class PrefixChecker:
             if self._parses_to_end(formula):
                 return True
             # a token cut in half ('|' of '||', '!' of '!=', '.' of '.5', '1e-' of '1e-5'): try it completed
-            half = "1" if _HALF_NUMBER.search(formula) else _HALF_OPERATOR.get(formula[-1:])
-            return half is not None and self._parses_to_end(formula + half)
+            whole = halves_completed(formula)
+            return whole != formula and self._parses_to_end(whole)
         head, name = formula[: m.start()], m.group(0).lower()
         return any(self._parses_to_end(head + c) for c in self._completions(name))
 
