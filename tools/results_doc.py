@@ -5,6 +5,7 @@ are copied to `docs/img/report/` with their links rewritten. The tables in docs/
 report's own output, never retyped. A marker naming a section the report lacks is an error that names it.
 
     python tools/results_doc.py results/report/tiny [--doc docs/results.md] [--label "commit 758adae"]
+    python tools/results_doc.py results/report/tiny --doc docs/results-by-seed.md    # every seed's rows
 
 `--label` replaces the text of a `<!-- run-label -->...<!-- /run-label -->` block (which run the tables come
 from). `--marker real` splices another profile's report into its own blocks, `<!-- real:NAME -->` ...
