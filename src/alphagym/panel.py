@@ -19,11 +19,14 @@ import pandas as pd
 from alphagym.artifacts import read_parquet, write_parquet
 from alphagym.errors import DataError
 
-# The one list of fields. PRICE_FIELDS come from the source; DSL_FIELDS are what a formula may read;
-# PANEL_FIELDS are what a panel file stores (the last two feed costs and the market factor, not formulas).
-PRICE_FIELDS = ("open", "high", "low", "close", "volume")
-DSL_FIELDS = (*PRICE_FIELDS, "returns", "vwap")
+# The one list of fields. OHLCV_FIELDS are the daily bars a source gives; DSL_FIELDS are what a formula may
+# read; PANEL_FIELDS are what a panel file stores (the last two feed costs and the market factor, not formulas).
+OHLCV_FIELDS = ("open", "high", "low", "close", "volume")
+DSL_FIELDS = (*OHLCV_FIELDS, "returns", "vwap")
 PANEL_FIELDS = (*DSL_FIELDS, "dollar_volume", "market_return")
+# The fields quoted in currency per share: an average of one over many sessions tracks the price level, a
+# market-beta proxy (the briefs' `forbid_long_price_sums` check).
+PRICE_LEVEL_FIELDS = frozenset({"open", "high", "low", "close", "vwap"})
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from alphagym.briefs.catalogue import Catalogue
 from alphagym.dsl.ast import Call, Field, Node, walk
 from alphagym.dsl.canonical import fields_used
 from alphagym.dsl.registry import OPS
+from alphagym.panel import PRICE_LEVEL_FIELDS
 
-PRICE_FIELDS = frozenset({"open", "high", "low", "close", "vwap"})
 SMOOTHERS = frozenset({"ts_sum", "ts_mean", "ts_decay_linear", "ts_ema"})
 CHECKS = ("mechanism", "horizon", "input_rule", "structure", "forbidden")
 # the probe's and the report's column of each check's pass rate
@@ -94,7 +94,7 @@ def check_spec(spec: Mapping[str, Any], ast: Node) -> str | None:
         limit = int(spec["forbid_long_price_sums"])
         for n in walk(ast):
             if (isinstance(n, Call) and n.op in SMOOTHERS and (n.window or 0) > limit
-                    and isinstance(n.args[0], Field) and n.args[0].name in PRICE_FIELDS):
+                    and isinstance(n.args[0], Field) and n.args[0].name in PRICE_LEVEL_FIELDS):
                 return f"{n.op}({n.args[0].name}, {n.window}) is a price sum over more than {limit} sessions"
     if "max_ts_nesting" in spec and ts_nesting(ast) > int(spec["max_ts_nesting"]):
         return f"nests {ts_nesting(ast)} time-series operators (at most {spec['max_ts_nesting']})"

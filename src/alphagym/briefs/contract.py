@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from alphagym.briefs.catalogue import Catalogue
-from alphagym.briefs.compliance import PRICE_FIELDS, SMOOTHERS, check, max_window, ts_nesting
+from alphagym.briefs.compliance import SMOOTHERS, check, max_window, ts_nesting
 from alphagym.briefs.generate import read_text
 from alphagym.dsl.ast import Call, Field, Node, walk
 from alphagym.dsl.canonical import fields_used
@@ -51,7 +51,7 @@ from alphagym.dsl.parser import Limits, parse
 from alphagym.dsl.prefix import OPEN, PrefixChecker, halves_completed
 from alphagym.dsl.registry import ALIASES, FIELDS, OPS
 from alphagym.errors import BriefError
-from alphagym.panel import DSL_FIELDS
+from alphagym.panel import DSL_FIELDS, PRICE_LEVEL_FIELDS
 
 _INFIX = {s.infix: n for n, s in OPS.items() if s.infix}
 _INFIX["?"] = "where"
@@ -164,7 +164,7 @@ def scan(tokens: list[Token], text_end: int) -> Facts:
                 if spec is not None and spec.kind == "ts" and k == spec.arity:
                     longest = max(longest, t.value)
                     if (op in SMOOTHERS and k == 1 and i >= 3 and toks[i - 1].text == ","
-                            and toks[i - 2].kind == "name" and toks[i - 2].text.lower() in PRICE_FIELDS
+                            and toks[i - 2].kind == "name" and toks[i - 2].text.lower() in PRICE_LEVEL_FIELDS
                             and toks[i - 3].text == "("):
                         long_sum = (op, toks[i - 2].text.lower(), t.value) \
                             if long_sum is None or t.value > long_sum[2] else long_sum
@@ -338,7 +338,8 @@ def library() -> Library:
         nodes.append(sum(1 for _ in walk(ast)))
         root.append(_OP_INDEX[ast.op] if isinstance(ast, Call) else -1)
         price_sum.append(any(isinstance(n, Call) and n.op in SMOOTHERS and n.window == 20
-                             and isinstance(n.args[0], Field) and n.args[0].name in PRICE_FIELDS for n in walk(ast)))
+                             and isinstance(n.args[0], Field) and n.args[0].name in PRICE_LEVEL_FIELDS
+                             for n in walk(ast)))
     return Library(tuple(texts), np.array(ops), np.array(fields), np.array(nesting), np.array(nodes),
                    np.array(root), np.array(price_sum))
 
@@ -441,8 +442,8 @@ def built(c: Contract, limits: Limits) -> tuple[str, ...]:
         pieces = []
         for i, op in enumerate(terms):
             f = order[i % len(order)]
-            if long_sum and op in SMOOTHERS and f in PRICE_FIELDS:
-                f = next((x for x in order if x not in PRICE_FIELDS), f"rank({f})")
+            if long_sum and op in SMOOTHERS and f in PRICE_LEVEL_FIELDS:
+                f = next((x for x in order if x not in PRICE_LEVEL_FIELDS), f"rank({f})")
             g = next((x for x in order if x != f), f)
             pieces.append(_piece(op, f, g, w, s))
         try:
@@ -587,7 +588,7 @@ def holds(c: Contract, ast: Node) -> bool:
     if c.long_price_sums is not None:
         for n in walk(ast):
             if (isinstance(n, Call) and n.op in SMOOTHERS and (n.window or 0) > c.long_price_sums
-                    and isinstance(n.args[0], Field) and n.args[0].name in PRICE_FIELDS):
+                    and isinstance(n.args[0], Field) and n.args[0].name in PRICE_LEVEL_FIELDS):
                 return False
     if c.root is not None and f.first != c.root:
         return False

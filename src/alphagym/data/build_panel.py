@@ -15,7 +15,7 @@ import pandas as pd
 
 from alphagym.data.calendar import sessions
 from alphagym.errors import DataError
-from alphagym.panel import Panel
+from alphagym.panel import OHLCV_FIELDS, Panel
 from alphagym.params import Params
 
 PRICE_COLS = ["open", "high", "low", "close", "adjusted_close"]
@@ -217,7 +217,7 @@ def build_full_panel(prices: pd.DataFrame, sectors: dict[str, str],
     wide = validator.align_to_sessions(clean, days_all, int(days_all.searchsorted(pd.Timestamp(d.start))))
     adj = adjust(wide)
     tickers = list(adj["close"].columns)
-    f = {k: adj[k].to_numpy(dtype=np.float64) for k in ("open", "high", "low", "close", "volume")}
+    f = {k: adj[k].to_numpy(dtype=np.float64) for k in OHLCV_FIELDS}
     close, opn = f["close"], f["open"]
     f["returns"] = np.full_like(close, np.nan)
     f["returns"][1:] = close[1:] / close[:-1] - 1.0

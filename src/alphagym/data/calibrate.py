@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from alphagym.data.stylized import _acf, stylized_facts
-from alphagym.panel import Panel
+from alphagym.panel import OHLCV_FIELDS, Panel
 from alphagym.params import Calibrated, Simulator
 
 
@@ -80,7 +80,7 @@ def quick_panel(market: Any) -> Panel:
     import pandas as pd
 
     wide = {c: market.prices.pivot(index="date", columns="ticker", values=c)
-            for c in ("open", "high", "low", "close", "volume")}
+            for c in OHLCV_FIELDS}
     f = {c: w.to_numpy(dtype=float) for c, w in wide.items()}
     f["dollar_volume"] = f["close"] * f["volume"]
     dates = pd.DatetimeIndex(wide["close"].index)
