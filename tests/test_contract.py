@@ -11,7 +11,15 @@ import pytest
 
 from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.compliance import check
-from alphagym.briefs.contract import ContractChecker, brief_specs, built, compile_brief, merge_specs
+from alphagym.briefs.contract import (
+    _TS1,
+    _TS2,
+    ContractChecker,
+    brief_specs,
+    built,
+    compile_brief,
+    merge_specs,
+)
 from alphagym.briefs.generate import FIELDS, contradicts, generate, read_text, render
 from alphagym.config import load_params
 from alphagym.dsl.errors import DslError
@@ -30,6 +38,12 @@ TOL = 0.5
 @pytest.fixture(scope="module")
 def cat():
     return load_catalogue()
+
+
+def test_the_witness_templates_wrap_the_registrys_time_series_operators_in_name_order():
+    assert _TS1 == ("ts_argmax", "ts_argmin", "ts_decay_linear", "ts_delta", "ts_ema", "ts_kurt", "ts_max", "ts_mean",
+                    "ts_min", "ts_product", "ts_rank", "ts_skew", "ts_slope", "ts_std", "ts_sum", "ts_zscore")
+    assert _TS2 == ("ts_corr", "ts_cov")
 
 
 def _combos(cat) -> list[dict]:

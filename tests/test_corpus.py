@@ -10,7 +10,14 @@ from alphagym.briefs.generate import families, holdout_families
 from alphagym.dsl.errors import DslError
 from alphagym.dsl.parser import Limits, parse
 from alphagym.params import Corpus
-from alphagym.policy.corpus import assign_brief, build_corpus, candidates, mutate_alpha, sample_formula
+from alphagym.policy.corpus import TS1, TS2, assign_brief, build_corpus, candidates, mutate_alpha, sample_formula
+
+
+def test_the_sampler_draws_the_registrys_time_series_operators_in_the_corpus_order():
+    # the seeded draws index these tuples: another member or order would change every sampled formula
+    assert TS1 == ("ts_mean", "ts_std", "ts_zscore", "ts_rank", "ts_delta", "ts_max", "ts_min", "ts_argmax",
+                   "ts_argmin", "ts_decay_linear", "ts_ema", "ts_skew", "ts_kurt", "ts_slope", "ts_sum")
+    assert TS2 == ("ts_corr", "ts_cov")
 
 
 def test_candidates_are_seeded_distinct_and_mostly_parse():

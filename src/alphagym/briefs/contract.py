@@ -49,7 +49,7 @@ from alphagym.dsl.errors import DslError
 from alphagym.dsl.lexer import Token
 from alphagym.dsl.parser import Limits, parse
 from alphagym.dsl.prefix import OPEN, PrefixChecker, halves_completed
-from alphagym.dsl.registry import ALIASES, FIELDS, OPS
+from alphagym.dsl.registry import ALIASES, FIELDS, OPS, ts_transforms
 from alphagym.errors import BriefError
 from alphagym.panel import DSL_FIELDS, PRICE_LEVEL_FIELDS
 
@@ -279,8 +279,8 @@ def residual(c: Contract, f: Facts) -> Contract:
 # --- witnesses: small formulas that meet a contract on their own ---
 
 _LEAVES = (*DSL_FIELDS, "(high - low)", "(close - open)", "(close / vwap)", "(open / delay(close, 1))")
-_TS1 = tuple(sorted(n for n, s in OPS.items() if s.kind == "ts" and s.arity == 1 and n != "delay"))
-_TS2 = ("ts_corr", "ts_cov")
+_TS1 = tuple(sorted(ts_transforms(1)))
+_TS2 = ts_transforms(2)
 _WRAPS = ("rank({x})", "sign({x})", "-{x}", "indneutralize({x}, IndClass.sector)", "ts_rank({x}, {s})",
           "ts_zscore({x}, {s})", "ts_decay_linear({x}, {s})", "ts_ema({x}, {s})", "ts_std({x}, {s})",
           "ts_max({x}, {s})", "ts_argmax({x}, {s})", "ts_delta({x}, {s})", "ts_mean({x}, {s}) / ts_mean({x}, {w})",

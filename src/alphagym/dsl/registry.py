@@ -176,3 +176,9 @@ ALIASES = {
 FIELDS = (*DSL_FIELDS, "cap")    # cap: market capitalisation, read when a panel carries it
 POSITIVE_FIELDS = frozenset(FIELDS) - {"returns"}     # prices, volume, vwap, cap: above 0 on every real day
 GROUPS = ("sector", "industry", "subindustry")
+
+
+def ts_transforms(arity: int) -> tuple[str, ...]:
+    """The time-series operators of `arity` expression arguments that compute something over their window,
+    in registry order: delay is left out, as it only moves its argument back."""
+    return tuple(n for n, s in OPS.items() if s.kind == "ts" and s.arity == arity and n != "delay")
