@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from alphagym.panel import Panel
+from alphagym.panel import Panel, typical_price
 
 
 def random_panel(days: int = 160, stocks: int = 9, seed: int = 0) -> Panel:
@@ -25,7 +25,7 @@ def random_panel(days: int = 160, stocks: int = 9, seed: int = 0) -> Panel:
     f["returns"] = np.vstack([np.full((1, stocks), np.nan), close[1:] / close[:-1] - 1])
     f["returns"][100:105, 3] = np.nan
     f["returns"][:31, 4] = np.nan
-    f["vwap"] = (f["high"] + f["low"] + f["close"]) / 3
+    f["vwap"] = typical_price(f["high"], f["low"], f["close"])
     sectors = tuple("ABC"[i % 3] for i in range(stocks))
     dates = pd.bdate_range("2020-01-01", periods=days)
     return Panel(dates, tuple(f"T{i}" for i in range(stocks)), sectors, f, np.zeros(days, bool))

@@ -29,6 +29,12 @@ PANEL_FIELDS = (*DSL_FIELDS, "dollar_volume", "market_return")
 PRICE_LEVEL_FIELDS = frozenset({"open", "high", "low", "close", "vwap"})
 
 
+def typical_price(high: np.ndarray, low: np.ndarray, close: np.ndarray) -> np.ndarray:
+    """The panel's `vwap` field: daily bars carry no intraday volume profile, so the volume-weighted average
+    price is approximated by the day's typical price (high + low + close) / 3."""
+    return (high + low + close) / 3.0
+
+
 @dataclass(frozen=True)
 class Panel:
     dates: pd.DatetimeIndex

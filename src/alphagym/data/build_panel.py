@@ -15,7 +15,7 @@ import pandas as pd
 
 from alphagym.data.calendar import sessions
 from alphagym.errors import DataError
-from alphagym.panel import OHLCV_FIELDS, Panel
+from alphagym.panel import OHLCV_FIELDS, Panel, typical_price
 from alphagym.params import Params
 
 PRICE_COLS = ["open", "high", "low", "close", "adjusted_close"]
@@ -221,7 +221,7 @@ def build_full_panel(prices: pd.DataFrame, sectors: dict[str, str],
     close, opn = f["close"], f["open"]
     f["returns"] = np.full_like(close, np.nan)
     f["returns"][1:] = close[1:] / close[:-1] - 1.0
-    f["vwap"] = (f["high"] + f["low"] + close) / 3.0
+    f["vwap"] = typical_price(f["high"], f["low"], close)
     f["dollar_volume"] = close * f["volume"]
     oo = np.full_like(opn, np.nan)
     oo[1:] = opn[1:] / opn[:-1] - 1.0

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from alphagym.panel import Panel
+from alphagym.panel import Panel, typical_price
 
 FEATURES = ("oo", "cc", "range", "dlogvol", "gap")
 
@@ -63,7 +63,7 @@ def features_to_panel(raw: np.ndarray, start_close: np.ndarray, start_volume: np
     volume = start_volume[None, :] * np.exp(np.cumsum(dlv, axis=0))
     fields = {"open": opn, "high": high, "low": low, "close": close, "volume": volume}
     fields["returns"] = close / prev_close - 1.0
-    fields["vwap"] = (high + low + close) / 3.0
+    fields["vwap"] = typical_price(high, low, close)
     fields["dollar_volume"] = close * volume
     oo = np.vstack([np.zeros((1, opn.shape[1])), opn[1:] / opn[:-1] - 1.0])
     market = oo.mean(axis=1, keepdims=True)
