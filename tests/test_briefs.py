@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from collections import Counter
 
 import numpy as np
 import pytest
+import yaml
 
-from alphagym.briefs.catalogue import PARTS, load_catalogue
+from alphagym.briefs.catalogue import PARTS, load_catalogue, parse_catalogue
 from alphagym.briefs.compliance import BriefChecker, check, check_spec, max_window, ts_nesting
 from alphagym.briefs.generate import contradicts, draw, families, generate, read_briefs, write_briefs
 from alphagym.config import load_params
@@ -35,6 +37,41 @@ def test_catalogue_is_data_with_enough_options(cat, root):
     assert (root / "src/alphagym/briefs/catalogue.yaml").is_file()
     assert len(cat.ids("mechanisms")) >= 15
     assert all(len(cat.ids(p)) >= 5 for p in PARTS) and len(cat.horizons) >= 5
+
+
+def test_the_shipped_catalogue_validates_and_its_checks_read_as_written(cat, root):
+    raw = yaml.safe_load((root / "src/alphagym/briefs/catalogue.yaml").read_text())
+    for part in PARTS:
+        for row in raw[part]:
+            assert cat.spec(part, row["id"]) == row.get("check", {}), (part, row["id"])
+
+
+@pytest.mark.parametrize("part, entry, edit, msg", [
+    ("mechanisms", "reversal", lambda c: c["require_ops"][0].append("ts_maen"),
+     "require_ops.0.6: unknown operator 'ts_maen'"),
+    ("forbidden", "long_price_sums", lambda c: c.update(forbid_long_sums=63), "forbid_long_sums: Extra inputs"),
+    ("input_rules", "use_vwap", lambda c: c.update(require_fields=[["vwapp"]]),
+     "require_fields.0.0: unknown field 'vwapp'"),
+    ("structures", "ranked", lambda c: c.update(root="delta"),
+     "root: 'delta' is an alias: write the operator's registry name 'ts_delta'"),
+    ("input_rules", "price_only", lambda c: c.update(forbid_fields="volume"),
+     "forbid_fields: Input should be a valid list"),
+    ("structures", "two_ranks", lambda c: c["op_count"].update(op="rnak"), "op_count.op: unknown operator 'rnak'"),
+])
+def test_a_catalogue_entry_with_a_bad_check_is_refused_by_name(root, part, entry, edit, msg):
+    raw = yaml.safe_load((root / "src/alphagym/briefs/catalogue.yaml").read_text())
+    bad = copy.deepcopy(raw)
+    edit(next(r for r in bad[part] if r["id"] == entry)["check"])
+    with pytest.raises(BriefError, match=rf"{part} entry '{entry}': check\.{msg}"):
+        parse_catalogue(bad)
+    parse_catalogue(raw)
+
+
+def test_a_catalogue_entry_with_an_unknown_key_is_refused_by_name(root):
+    bad = yaml.safe_load((root / "src/alphagym/briefs/catalogue.yaml").read_text())
+    bad["risks"][0]["chek"] = {"max_nodes": 5}
+    with pytest.raises(BriefError, match=f"risks entry '{bad['risks'][0]['id']}': chek: Extra inputs"):
+        parse_catalogue(bad)
 
 
 def test_counts_and_holdout_families_never_in_training(cat, drawn):
