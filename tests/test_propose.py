@@ -21,6 +21,8 @@ FIELDS = ["--mechanism", "reversal", "--horizon", "21", "--input-rule", "price_o
     (["propose", "--mechanism", "reversal", "--horizon", "21"], "needs --input-rule, --structure, --forbidden"),
     (["propose", *FIELDS[:-1], "no_such_rule"], "unknown forbidden id 'no_such_rule'"),
     (["propose", *FIELDS, "-k", "0"], "-k and -n must be at least 1"),
+    (["propose", *FIELDS, "--temperature", "-1"], "--temperature must be 0 (greedy) or above"),
+    (["propose", *FIELDS, "--temperature", "nan"], "--temperature must be 0 (greedy) or above"),
     (["propose"], "give one of: a BRIEF text"),
     (["propose", "a brief", *FIELDS], "give one of"),
     (["propose", *FIELDS, "--checkpoint", "NOT_A_FOLDER"], "NOT_A_FOLDER is not a folder"),

@@ -227,6 +227,8 @@ def cmd_propose(args: argparse.Namespace) -> int:
                           "--structure, --forbidden, [--risk]), or --briefs FILE")
     if args.k < 1 or args.n < 1:
         raise ConfigError(f"-k and -n must be at least 1 (got -k {args.k}, -n {args.n})")
+    if not args.temperature >= 0:
+        raise ConfigError(f"--temperature must be 0 (greedy) or above (got {args.temperature:g})")
     briefs = (read_brief_file(Path(args.briefs), cat) if args.briefs
               else [brief_from_fields(cat, fields)] if fields else [brief_from_text(cat, args.brief)])
     table = stage_table(params)
@@ -476,7 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                      "record, or catalogue fields)")
     pp.add_argument("--checkpoint", metavar="DIR", help="an RL checkpoint or a saved policy folder (default: the "
                                                         "shipped adapter the report stage wrote)")
-    pp.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
+    pp.add_argument("--temperature", type=float, default=1.0,
+                    help="sampling temperature (default 1.0; 0: greedy, the same answer k times)")
     pp.add_argument("--seed", type=int, help="sampling seed (default: params' seed)")
     pp.add_argument("--book", action="store_true", help="add the correlation-capped book over all valid answers, "
                                                         "chosen and measured on the train window")

@@ -158,9 +158,12 @@ def propose(params: Params, policy: Policy, briefs: Sequence[Mapping[str, Any]],
             note: str | None = None) -> dict[str, Any]:
     """`k` answers to each brief, the best `n` distinct valid formulas by train CPCV with their cards, and
     (`book`) the capped book over all valid answers. `verifier`: the train window's (`load_verifier`), and
-    `note` what its loading said, kept in the output. A k or n below 1 is a BriefError."""
+    `note` what its loading said, kept in the output. A k or n below 1, or a negative temperature, is a
+    BriefError."""
     if k < 1 or n < 1:
         raise BriefError(f"k and n must be at least 1 (k={k}, n={n})")
+    if not temperature >= 0:
+        raise BriefError(f"temperature must be 0 (greedy) or above (got {temperature:g})")
     cat = load_catalogue()
     tol = params.briefs.horizon_tolerance
     texts = [b["text"] for b in briefs]
