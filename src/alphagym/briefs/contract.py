@@ -655,27 +655,26 @@ class ContractChecker(PrefixChecker):
             return op not in c.forbid_ops and all(o != op or hi > 0 for o, _, hi in c.op_counts)
         return name not in c.forbid_fields
 
-    def lacks(self, text: str) -> bool:
+    def _facts(self, text: str) -> tuple[str, Facts | None]:
+        """An answer's formula so far and its facts (None where it does not lex)."""
         s = text.lstrip(" \t\n")
         body = s[len(OPEN):] if s.startswith(OPEN) else ""
         try:
-            f = scan(self._tokens(body), len(body))
+            return body, scan(self._tokens(body), len(body))
         except DslError:
-            return True
-        return bool(unmet(self.contract, f.ops, f.fields, f.max_window))
+            return body, None
+
+    def lacks(self, text: str) -> bool:
+        f = self._facts(text)[1]
+        return f is None or bool(unmet(self.contract, f.ops, f.fields, f.max_window))
 
     def repairs(self, text: str) -> tuple[str, ...]:
         """A witness as the whole formula of an empty answer, or added as an operand (` + W`) while the
         formula has a requirement unmet; nothing once every requirement is met (the grammar closes it)."""
-        s = text.lstrip(" \t\n")
-        body = s[len(OPEN):] if s.startswith(OPEN) else ""
+        body, f = self._facts(text)
         if not body.strip():
             return tuple(w[3:] for w in self.witness_pieces)
-        try:
-            f = scan(self._tokens(body), len(body))
-        except DslError:
-            return ()
-        if not unmet(self.contract, f.ops, f.fields, f.max_window):
+        if f is None or not unmet(self.contract, f.ops, f.fields, f.max_window):
             return ()
         # first a witness of what is still missing (`residual`: `ts_corr(` under "exactly one ts_corr" takes
         # an operand without one), then the brief's own

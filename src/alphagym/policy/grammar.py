@@ -135,12 +135,12 @@ class GrammarSampler:
         """The checker of batch row `b`."""
         return self.checker if self.rows is None else self.rows[b]
 
-    def _extra(self, b: int, row: list[int]) -> int:
+    def _extra(self, b: int, text: str) -> int:
         """How many tokens more than GROWTH one written token may add to row `b`'s completion: its checker's
-        longest repair (a brief's witness), in this tokenizer's tokens, while the answer `row` still lacks
+        longest repair (a brief's witness), in this tokenizer's tokens, while the answer `text` still lacks
         what only a repair supplies (`PrefixChecker.lacks`); else 0, as for the grammar's checker."""
         ck = self.checker_of(b)
-        if not ck.lacks(self._text(row)):
+        if not ck.lacks(text):
             return 0
         if id(ck) not in self.extra:
             self.extra[id(ck)] = max((len(self.tokenizer(p, add_special_tokens=False)["input_ids"])
@@ -212,27 +212,34 @@ class GrammarSampler:
         earlier from `watch_from` on, once the completion needs nearly all the tokens left)."""
         if b not in self.forced and len(row) >= self.closing_from:
             self._start_forcing(b, row)
-        elif b not in self.forced and len(row) >= max(self.watch_early, self.watch_at.get(b, 0)) and (
-                len(row) >= self.watch_from or self._extra(b, row)):
+        elif b not in self.forced and len(row) >= max(self.watch_early, self.watch_at.get(b, 0)):
             text = self._text(row)
-            known = self._still_completes(b, text)
-            if known is not None:          # its length bounds the shortest completion's: no search needed yet
-                slack = self.max_new_tokens - len(row) - known - 2
-                queue = [] if slack > 0 else None
-            if known is None or queue is None:
-                queue = self._completion(b, row)
-                self.stats["watch_searches"] += 1
-                slack = self.max_new_tokens - len(row) - (len(queue) if queue is not None else 0) - 2
-                if queue is not None and slack <= 0:
-                    self._start_forcing(b, row, queue)
-            # a search that found nothing ran its whole budget: the next waits twice as long after each miss
-            self.missed[b] = 0 if queue is not None else self.missed.get(b, 0) + 1
-            step = max(1, slack // (GROWTH + self._extra(b, row) + 1))
-            self.watch_at[b] = len(row) + (step if queue is not None else step << min(self.missed[b], 4))
+            extra = self._extra(b, text)
+            if len(row) >= self.watch_from or extra:
+                self._watch(b, row, text, extra)
         queue = self.forced.get(b)
         if queue and self._ok(row, queue[0], b=b):
             return queue.pop(0)
         return None
+
+    def _watch(self, b: int, row: list[int], text: str, extra: int) -> None:
+        """A watch of row `b` (module docstring): force its completion once it may no longer fit, and set when
+        the next watch comes. `extra`: `_extra(b, text)`."""
+        known = self._still_completes(b, text)
+        # a known completion's length bounds the shortest one's: no search while that still fits
+        slack = None if known is None else self.max_new_tokens - len(row) - known - 2
+        found = True
+        if slack is None or slack <= 0:
+            queue = self._completion(b, row)
+            self.stats["watch_searches"] += 1
+            found = queue is not None
+            slack = self.max_new_tokens - len(row) - (len(queue) if queue is not None else 0) - 2
+            if queue is not None and slack <= 0:
+                self._start_forcing(b, row, queue)
+        # a search that found nothing ran its whole budget: the next waits twice as long after each miss
+        self.missed[b] = 0 if found else self.missed.get(b, 0) + 1
+        step = max(1, slack // (GROWTH + extra + 1))
+        self.watch_at[b] = len(row) + (step if found else step << min(self.missed[b], 4))
 
     def pick(self, b: int, row: list[int], keys: torch.Tensor, logits: torch.Tensor | None = None) -> int:
         """Row `b`'s next token after its answer tokens `row`: the next token of its forced completion,
