@@ -84,7 +84,7 @@ def test_mlflow_server_serves_the_rung_comparison(params, tmp_path):
         differ = {k for k in a if a[k] != b[k]}
         assert differ == {f"recipe.{k}" for k in change_vs_parent(p.rl, "cispo_all")} | {"rung.parent", "rung.change"}
         assert (a["recipe.loss"], b["recipe.loss"]) == ("dapo", "cispo")
-        assert b["rung.parent"] == "dapo_all" and b["rung.change"] == p.rl.rungs["cispo_all"].change
+        assert b["rung.parent"] == "dapo_all" and b["rung.change"] == "loss: dapo -> cispo"
         assert a["rung.seed"] == b["rung.seed"] == str(p.seed)
         assert len([k for k in a if k.startswith("recipe.")]) > 30       # the whole recipe, not only the change
         run_id = {r["info"]["run_name"]: r["info"]["run_id"] for r in found}

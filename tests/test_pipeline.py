@@ -234,7 +234,7 @@ from alphagym.pipeline import stage_rows
 def params():
     # two rungs: one seed by default, the second with three seed replicas of its own
     return load_params("params.yaml", ["rl.ladder=[cispo_all, cispo_repo]", "rl.seeds=1",
-                                       "rl.rungs.cispo_repo={parent: cispo_repo_all, change: f, set: {}, seeds: 3}"])
+                                       "rl.rungs.cispo_repo.seeds=3"])
 
 
 def rows():
@@ -273,13 +273,18 @@ def test_a_stage_family_expands_alike_in_snakemake_and_dvc(root, tmp_path):
     rendered = yaml.safe_load(text)["stages"]
     members = ["cispo_all", "cispo_repo", "cispo_repo-s1", "cispo_repo-s2"]
     # replicas: a dict foreach, the member names the paths and the item it replicates names the params
-    assert rendered["train"]["foreach"] == {m: {"of": m.split("-")[0]} for m in members}
+    # and `up1`, `up2`, ... its chain of parents (padded with itself), whose `set`s its recipe folds
+    up = {"cispo_all": ["dapo_all", "cispo_all", "cispo_all"],
+          "cispo_repo": ["cispo_repo_all", "cispo_all", "dapo_all"]}
+    assert rendered["train"]["foreach"] == {
+        m: {"of": m.split("-")[0], **{f"up{k}": n for k, n in enumerate(up[m.split("-")[0]], 1)}} for m in members}
     assert rendered["train"]["do"]["cmd"] == "alphagym train --rung ${key}"
-    assert "rl.rungs.${item.of}" in rendered["train"]["do"]["params"]
+    assert rendered["train"]["do"]["params"][-5:-1] == [f"rl.rungs.${{item.{k}}}" for k in ("of", "up1", "up2", "up3")]
     (work / "dvc.yaml").write_text(text)
     smk, dvc = _snakemake_jobs(work), _dvc_stages(work)
     assert {f"{s}@{m}" for s in ("train", "probe", "books") for m in members} <= set(dvc)
-    assert "rl.rungs.cispo_repo" in dvc["train@cispo_repo-s2"]["params"]
+    assert {f"rl.rungs.{r}" for r in ("cispo_repo", "cispo_repo_all", "cispo_all", "dapo_all")} <= \
+        set(dvc["train@cispo_repo-s2"]["params"])
     assert dvc["train@cispo_repo-s2"]["params"] == dvc["train@cispo_repo"]["params"]
     _same_dag(smk, dvc)
     # a finished rung's probe and books start before the next rung's training when both are ready
@@ -298,7 +303,8 @@ def test_each_rung_declares_its_recipes_thread_budget(root, tmp_path):
     text = (work / "params.yaml").read_text()
     text, n = re.subn(r"^    torch_threads: \d+", "    torch_threads: 1", text, flags=re.M)
     text, m = re.subn(r"^    numba_threads: \d+", "    numba_threads: 1", text, flags=re.M)
-    text, k = re.subn(r"^(    cispo_repo: \{.*set: \{)\}", r"\1numba_threads: 3}", text, flags=re.M)
+    text, k = re.subn(r"^(    cispo_repo: \{.*set: \{)briefs: filtered\}", r"\1briefs: filtered, numba_threads: 3}",
+                      text, flags=re.M)
     assert n == m == k == 1
     wm = text.index("\nworldmodel:")                   # and the world model's own budget, apart from the policy's
     text = text[:wm] + re.sub(r"^  threads: 2$", "  threads: 1", text[wm:], count=1, flags=re.M)
@@ -321,8 +327,12 @@ def test_the_longest_rungs_start_first(root, tmp_path):
     every training job, so a finished rung's results appear before the next rung starts."""
     work = _copy_workflow(root, tmp_path / "w", ladder=["dapo_all", "cispo_repo", "cispo_repo_dora"])
     text = (work / "params.yaml").read_text()
-    text, n = re.subn(r"^(    cispo_repo: \{.*set: \{)\}", r"\1steps: 300}", text, flags=re.M)
-    assert n == 1
+    # cispo_repo at 300 steps; its child cispo_repo_dora, which would inherit them, back at 600
+    text, n = re.subn(r"^(    cispo_repo: \{.*set: \{)briefs: filtered\}", r"\1briefs: filtered, steps: 300}", text,
+                      flags=re.M)
+    text, m = re.subn(r"^(    cispo_repo_dora: \{.*set: \{)adapter: dora\}", r"\1adapter: dora, steps: 600}", text,
+                      flags=re.M)
+    assert n == m == 1
     (work / "params.yaml").write_text(text)
     table = stage_table(load_params(work / "params.yaml"))
     jobs = _snakemake_jobs(work)
@@ -540,12 +550,18 @@ def test_snakemake_run_reruns_on_params_and_code_and_agrees_with_dvc(root, tmp_p
     assert _changed(work) == ({"books", "report"}, {*books, "report"})
     assert _planned(work) == {*books, "report"}
     # one rung's recipe changed: that rung, its probe and the report, nothing of the other rung
-    lr_changed = params_text.replace("set: {loss: dapo, repo.enabled: false, briefs: all}}",
-                                     "set: {loss: dapo, repo.enabled: false, briefs: all, lr: 1.0e-4}}")
+    lr_changed = params_text.replace("cispo_repo: {parent: cispo_repo_all, set: {briefs: filtered}}",
+                                     "cispo_repo: {parent: cispo_repo_all, set: {briefs: filtered, lr: 1.0e-4}}")
     (work / "params.yaml").write_text(lr_changed)
-    assert _changed(work) == ({"train", "probe", "report"}, {"train@dapo_all", "probe@dapo_all", "report"})
+    assert _changed(work) == ({"train", "probe", "report"}, {"train@cispo_repo", "probe@cispo_repo", "report"})
     stale = _changed_outputs(work)
-    assert stale and all("dapo_all" in o or "/report/" in o for o in stale), stale
+    assert stale and all("cispo_repo" in o or "/report/" in o for o in stale), stale
+    # an ancestor's: cispo_repo inherits dapo_all's change through its chain of parents, so both rerun
+    (work / "params.yaml").write_text(params_text.replace(
+        "set: {loss: dapo, repo.enabled: false, briefs: all}}", "set: {loss: dapo, repo.enabled: false, briefs: all, "
+        "lr: 1.0e-4}}"))
+    both = {f"{s}@{r}" for s in ("train", "probe") for r in ladder}
+    assert _changed(work) == ({"train", "probe", "report"}, {*both, "report"})
     (work / "params.yaml").write_text(params_text)
     model = work / "src/alphagym/worldmodel/model.py"
     source = model.read_text()

@@ -5,6 +5,7 @@ choice of the shipped rung, and the deduplicated pairs."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -25,12 +26,12 @@ def test_change_vs_parent_uses_step0_for_the_first_rung_and_the_same_replica_aft
     a, a1 = _rung("a", "sft", 1.0, 0.5, step0=-1.0), _rung("a-s1", "sft", 1.1, 0.7, step0=-1.0)
     b, b1 = _rung("b", "a", 1.2, 0.9), _rung("b-s1", "a", 1.3, 0.6)
     failed = RungResult("c", "c", 0, "b", "c", missing=["log: x"])
-    rows = ladder_rows([a, a1, b, b1, failed], {"a": {}, "b": {"loss": ("dapo", "cispo")}, "c": {}})
+    rows = ladder_rows([a, a1, b, b1, failed])
     by = {r["rung"]: r for r in rows}
     assert by["a"]["vs_parent"] == pytest.approx(0.5 - (-1.0))
     assert by["b"]["vs_parent"] == pytest.approx(0.9 - 0.5)
     assert by["b-s1"]["vs_parent"] == pytest.approx(0.6 - 0.7)       # against a-s1, not a
-    assert by["b"]["recipe_diff"] == "loss: dapo -> cispo"
+    assert by["b"]["change"] == "c"
     assert by["c"]["status"].startswith("FAILED or not run") and "vs_parent" not in by["c"]
 
 
@@ -164,10 +165,15 @@ def _rung_files(tmp_path, probe_step: int = 2, books: dict | None = None) -> dic
 
 
 def _load(files):
-    from alphagym.params import Rung
+    from alphagym.config import load_params
+    from alphagym.params import Rl
     from alphagym.report.build import load_rung
 
-    return load_rung("a", files, {"a": Rung(parent="sft", change="c", set={})})
+    raw = load_params(Path(__file__).resolve().parents[1] / "params.yaml").rl.model_dump()
+    raw["rungs"]["a"] = {"parent": "sft", "set": {"loss": "dapo"}}
+    res = load_rung("a", files, Rl.model_validate(raw))
+    assert res.change == "loss: cispo -> dapo"          # computed from the recipes
+    return res
 
 
 def test_a_books_file_of_another_step_is_named_as_such_not_as_a_missing_checkpoint(tmp_path):

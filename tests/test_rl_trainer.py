@@ -255,19 +255,44 @@ def test_bad_recipe_and_ladder_values_fail_at_load():
     from alphagym.params import Rl
 
     raw = load_params(base).rl.model_dump()
-    raw["rungs"]["x-s2"] = {"parent": "sft", "change": "c", "set": {}}
+    raw["rungs"]["x-s2"] = {"parent": "sft", "set": {}}
     with pytest.raises(ValidationError, match="seed replica"):
         Rl.model_validate(raw)
     with pytest.raises(ConfigError, match="rl.seeds"):
         load_params(base, ["rl.seeds=0"])
-    p = load_params(base, ["rl.rungs.cispo_repo.set={loss: dapo, repo.enabled: false}"])
-    r = p.rl.recipe_of("cispo_repo")
+    p = load_params(base, ["rl.rungs.cispo_repo_grammar.set={loss: dapo, repo.enabled: false}"])
+    r = p.rl.recipe_of("cispo_repo_grammar")
     assert r.loss == "dapo" and r.repo.enabled is False and r.lr == p.rl.recipe.lr
+    assert r.briefs == "filtered" and r.decoding is None        # the rest from its chain of parents
     # the ladder's change of each rung against its parent, derived from the recipes
     p = load_params(base)
     assert change_vs_parent(p.rl, "cispo_all") == {"loss": ("dapo", "cispo")}
     assert change_vs_parent(p.rl, "cispo_repo_dora") == {"adapter": ("lora", "dora")}
     assert change_vs_parent(p.rl, "dapo_repo_dora") == {"loss": ("cispo", "dapo")}
+
+
+def test_a_rung_is_a_diff_from_its_parent():
+    """A rung's `set` folds onto its parent's recipe (the whole chain, oldest first; a mapping merges into the
+    inherited one), a key that repeats what a parent rung set is an error naming the rung, the key and the
+    parent, and the rung's change is computed from the recipes."""
+    from alphagym.rungs import describe, resolve_rung
+
+    base = ROOT / "params.yaml"
+    p = load_params(base)
+    both = p.rl.recipe_of("cispo_repo_both")                # comply's R14 weight and its own R13 weight
+    assert both.reward_weights == {"compliance": 1.0, "crowding": 1.0}
+    punish = p.rl.recipe_of("dapo_repo_dora_onbrief_punish")     # seven rungs up: DoRA, DAPO, eligibility
+    assert (punish.adapter, punish.loss, punish.min_compliance, punish.off_brief) == ("dora", "dapo", 0.6, "punish")
+    assert resolve_rung(p, "cispo_repo_both").change == "reward_weights.crowding: - -> 1.0"
+    assert describe({}) == "no recipe change"
+    with pytest.raises(ConfigError, match=r"rung 'dapo_repo_dora'.*adapter = 'dora' repeats the value it inherits "
+                                          r"from rung 'cispo_repo_dora'"):
+        load_params(base, ["rl.rungs.dapo_repo_dora.set={loss: dapo, adapter: dora}"])
+    with pytest.raises(ConfigError, match=r"rung 'cispo_repo_both'.*reward_weights.compliance = 1.0 repeats"):
+        load_params(base, ["rl.rungs.cispo_repo_both.set={reward_weights: {compliance: 1.0, crowding: 1.0}}"])
+    # a rung may restate rl.recipe's own value: it pins the key against a profile's or --set's base recipe
+    pinned = load_params(base, ["rl.recipe.loss=dapo"])
+    assert pinned.rl.recipe_of("bench_cispo").loss == "cispo" and pinned.rl.recipe_of("dapo_all").loss == "dapo"
 
 
 def test_every_benchmark_trainer_is_a_rung_in_params():

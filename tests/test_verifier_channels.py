@@ -1,5 +1,7 @@
 """Worked examples of the verifier issue, one per rule, on the pure channel functions."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -54,56 +56,65 @@ def test_masked_sharpe_matches_direct():
     assert masked_sharpes(np.zeros(600), s.test).tolist() == [0.0] * 15       # std 0 -> Sharpe 0
 
 
+def S(**kw) -> ch.AnswerStats:
+    """An answer's statistics with the given fields and neutral values elsewhere."""
+    base = dict(cpcv=1.0, raw_sharpe=0.0, residual_sharpe=0.0, turnover=0.3, ic=0.0, nodes=10, reasoning=False,
+                motif=False)
+    return ch.AnswerStats(**{**base, **kw})
+
+
 def test_costs_default_to_four_bps_per_unit_turnover():
     assert train_cost_bps(V["costs"]["train"]) == pytest.approx(4.0)
 
 
 def test_factor_neutrality_example():
-    assert ch.factor_neutrality(1.5, 0.3, V["factor_neutrality"]) == pytest.approx(-0.48)
-    assert ch.factor_neutrality(0.5, 0.9, V["factor_neutrality"]) == 0.0
-    assert ch.factor_neutrality(9.0, 0.0, V["factor_neutrality"]) == pytest.approx(-1.2)
+    assert ch.factor_neutrality(S(raw_sharpe=1.5, residual_sharpe=0.3), V["factor_neutrality"]) == pytest.approx(-0.48)
+    assert ch.factor_neutrality(S(raw_sharpe=0.5, residual_sharpe=0.9), V["factor_neutrality"]) == 0.0
+    assert ch.factor_neutrality(S(raw_sharpe=9.0, residual_sharpe=0.0), V["factor_neutrality"]) == pytest.approx(-1.2)
 
 
 def test_turnover_channels():
-    assert ch.turnover_penalty(0.4, V["turnover"]) == 0.0
-    assert ch.turnover_penalty(0.8, V["turnover"]) == pytest.approx(-0.6)
+    assert ch.turnover_penalty(S(turnover=0.4), V["turnover"]) == 0.0
+    assert ch.turnover_penalty(S(turnover=0.8), V["turnover"]) == pytest.approx(-0.6)
     m = V["min_turnover"]
-    assert ch.min_turnover(0.06, m) == 0.0 and ch.min_turnover(0.2, m) == 0.0
-    assert ch.min_turnover(0.045, m) == pytest.approx(-0.5)
-    assert ch.min_turnover(0.03, m) == -1.0 and ch.min_turnover(0.025, m) == -1.0
+    assert ch.min_turnover(S(turnover=0.06), m) == 0.0 and ch.min_turnover(S(turnover=0.2), m) == 0.0
+    assert ch.min_turnover(S(turnover=0.045), m) == pytest.approx(-0.5)
+    assert ch.min_turnover(S(turnover=0.03), m) == -1.0 and ch.min_turnover(S(turnover=0.025), m) == -1.0
 
 
 def test_ic_channel():
-    assert ch.ic_channel(0.05, 1.0, V["ic"]) == pytest.approx(0.2)
-    assert ch.ic_channel(0.5, 1.0, V["ic"]) == pytest.approx(0.2)
-    assert ch.ic_channel(-0.01, 1.0, V["ic"]) == pytest.approx(-0.04)
-    assert ch.ic_channel(0.05, 0.0, V["ic"]) == pytest.approx(0.05)       # at most 0.05 while CPCV <= 0
+    assert ch.ic_channel(S(ic=0.05, cpcv=1.0), V["ic"]) == pytest.approx(0.2)
+    assert ch.ic_channel(S(ic=0.5, cpcv=1.0), V["ic"]) == pytest.approx(0.2)
+    assert ch.ic_channel(S(ic=-0.01, cpcv=1.0), V["ic"]) == pytest.approx(-0.04)
+    assert ch.ic_channel(S(ic=0.05, cpcv=0.0), V["ic"]) == pytest.approx(0.05)       # at most 0.05 while CPCV <= 0
 
 
 def test_novelty_channels():
-    assert ch.novelty_pnl(0.25, V["novelty_pnl"]) == pytest.approx(0.3)
-    assert ch.novelty_pnl(0.95, V["novelty_pnl"]) == -0.4
-    assert ch.novelty_syntax(0.5, False, 0, V["novelty_syntax"]) == pytest.approx(0.1)
-    assert ch.novelty_syntax(0.5, True, 0, V["novelty_syntax"]) == 0.0
-    assert ch.novelty_syntax(0.5, True, 3, V["novelty_syntax"]) == pytest.approx(-0.9)
-    assert ch.novelty_syntax(0.96, False, 0, V["novelty_syntax"]) == 0.0       # an unseen form, a seen book
+    assert ch.novelty_pnl(S(max_corr=0.25), V["novelty_pnl"]) == pytest.approx(0.3)
+    assert ch.novelty_pnl(S(max_corr=0.95), V["novelty_pnl"]) == -0.4
+    assert ch.novelty_syntax(S(max_corr=0.5), V["novelty_syntax"]) == pytest.approx(0.1)
+    assert ch.novelty_syntax(S(max_corr=0.5, seen_before=True), V["novelty_syntax"]) == 0.0
+    seen_thrice = S(max_corr=0.5, seen_before=True, same_in_group=3)
+    assert ch.novelty_syntax(seen_thrice, V["novelty_syntax"]) == pytest.approx(-0.9)
+    assert ch.novelty_syntax(S(max_corr=0.96), V["novelty_syntax"]) == 0.0       # an unseen form, a seen book
 
 
 def test_complexity_and_format():
-    assert ch.complexity(24, V["complexity"]) == 0.0
-    assert ch.complexity(30, V["complexity"]) == pytest.approx(-0.12)
-    assert ch.format_bonus(True, V["format"]) == 0.05 and ch.format_bonus(False, V["format"]) == 0.0
+    assert ch.complexity(S(nodes=24), V["complexity"]) == 0.0
+    assert ch.complexity(S(nodes=30), V["complexity"]) == pytest.approx(-0.12)
+    assert ch.format_bonus(S(reasoning=True), V["format"]) == 0.05
+    assert ch.format_bonus(S(reasoning=False), V["format"]) == 0.0
 
 
 def test_pbo_penalty():
     # answer 0 is first in-sample and last out of sample on every slice: the full floor
     ins = np.array([[3.0] * 15] + [[1.0 - 0.1 * i] * 15 for i in range(9)])
     oos = np.array([[-5.0] * 15] + [[1.0] * 15 for _ in range(9)])
-    pen = ch.pbo_penalties(ins, oos, V["pbo"]["floor"])
+    pen = ch.pbo_penalties(ins, oos, V["pbo"])
     assert pen[0] == pytest.approx(-0.48)
     assert (pen >= -0.48).all() and (pen <= 0).all()
-    assert ch.pbo_penalties(ins[:1], oos[:1], -0.48).tolist() == [0.0]
-    consistent = ch.pbo_penalties(ins, ins, -0.48)
+    assert ch.pbo_penalties(ins[:1], oos[:1], V["pbo"]).tolist() == [0.0]
+    consistent = ch.pbo_penalties(ins, ins, V["pbo"])
     assert (consistent == 0).all()
 
 
@@ -182,27 +193,49 @@ def test_book_kernels_match_plain_numpy():
 
 
 def test_the_channel_registry_is_the_one_list():
-    """Every channel has one row (`ch.REGISTRY`): the priorities, the zero score card, the params blocks and
-    docs/verifier.md's table follow it; a channel missing from any of them fails here."""
-    from pathlib import Path
-
-    from alphagym.params import Priorities
+    """Every channel has one row (`ch.REGISTRY`, in the order of `params.REWARD_CHANNELS`): the priorities, the
+    zero score card and the params blocks follow it, each function's docstring opens with its R-number, and
+    docs/verifier.md's list is what the registry renders (tests/test_docs_rendered.py); a channel missing from
+    any of them fails here."""
+    from alphagym.params import REWARD_CHANNELS, Priorities
     from alphagym.params import Verifier as VerifierParams
     from alphagym.verifier.verifier import _zero_channels
 
     ids = [c.id for c in ch.REGISTRY]
-    assert len(set(ids)) == len(ids) and tuple(ids) == ch.CHANNELS
+    assert tuple(ids) == REWARD_CHANNELS == ch.CHANNELS
     assert [c.r for c in ch.REGISTRY] == [f"R{i}" for i in range(1, len(ids) + 1)]
     assert list(Priorities.model_fields) == ids
     assert list(_zero_channels()) == ids
     for c in ch.REGISTRY:
-        assert callable(c.fn) and c.fn.__doc__ and c.fn.__doc__.split()[0].rstrip(":,") == c.r, c.id
-        assert c.params_key is None or c.params_key in VerifierParams.model_fields, c.id
-    table = Path(__file__).resolve().parents[1].joinpath("docs", "verifier.md").read_text()
-    rows = [line for line in table.splitlines() if line.startswith("| R")]
-    assert [line.split("|")[1].strip() + " " + line.split("|")[2].strip() for line in rows] == \
-        [f"{c.r} `{c.id}`" for c in ch.REGISTRY]
-    assert {c.scope for c in ch.REGISTRY if c.id in ("pbo", "novelty_syntax")} == {"group"}
+        assert c.fn.__doc__ and c.fn.__doc__.split()[0] == f"{c.r}:", c.id
+        assert c.doc and not c.doc.startswith("R"), c.id
+        assert c.id in VerifierParams.model_fields and c.scope in ch.SCOPES, c.id
+        assert c.needs is None or (c.needs in ch.AnswerStats.__dataclass_fields__ and c.off), c.id
+    assert {c.scope for c in ch.REGISTRY if c.id in ("cpcv", "ic", "jepa_stress")} == {"answer"}
+
+
+def test_score_channels_loops_over_the_registry_with_skips_and_the_guard():
+    """`score_channels` sets each channel of a scope from the statistics, lists a channel whose `needs` is
+    missing under `skipped`, and under the motif guard caps every channel of the scope at 0 (R10 itself -1)."""
+    from pathlib import Path
+
+    from alphagym.config import load_params
+
+    cfg = load_params(Path(__file__).resolve().parents[1] / "params.yaml").verifier
+    chans, skipped = dict.fromkeys(ch.CHANNELS, 0.0), {}
+    s = S(cpcv=1.2, ic=0.05, nodes=30, reasoning=True, turnover=0.8)
+    ch.score_channels(s, cfg, "answer", chans, skipped)
+    assert chans["cpcv"] == 1.2 and chans["ic"] == pytest.approx(0.2) and chans["format"] == 0.05
+    assert chans["turnover"] == pytest.approx(-0.6) and chans["complexity"] == pytest.approx(-0.12)
+    assert set(skipped) == {"jepa_stress"} and chans["jepa_stress"] == 0.0
+    ch.score_channels(s, cfg, "archive", chans, skipped)
+    assert set(skipped) == {"jepa_stress", "novelty_pnl", "novelty_syntax"}
+    guarded, skipped = dict.fromkeys(ch.CHANNELS, 0.0), {}
+    ch.score_channels(replace(s, motif=True, max_corr=0.2), cfg, "answer", guarded, skipped)
+    ch.score_channels(replace(s, motif=True, max_corr=0.2), cfg, "archive", guarded, skipped)
+    assert guarded["motif_guard"] == cfg.motif_guard.penalty < 0
+    assert max(guarded.values()) == 0.0 and guarded["turnover"] == chans["turnover"]
+    assert set(skipped) == {"jepa_stress"}
 
 
 def test_crowding_worked_example_where_one_family_dominates():

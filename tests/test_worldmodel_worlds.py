@@ -155,7 +155,8 @@ def test_channel_aucs_run_on_worlds(generator):
 
 def test_r3_in_the_verifier(generator):
     from alphagym.config import load_params
-    from alphagym.verifier.channels import jepa_stress as stress_channel
+    from alphagym.params import JepaStress
+    from alphagym.verifier.channels import AnswerStats, jepa_stress
     from alphagym.verifier.verifier import Verifier
 
     p, g = generator
@@ -177,6 +178,11 @@ def test_r3_in_the_verifier(generator):
     same_days = BookScorer(world, params["verifier"]).cpcv(*Evaluator(world).signal(parse(f)))
     assert c1.metrics["cpcv_world_identity"] == pytest.approx(same_days, abs=1e-3)
     c2 = v2.score(f)
+    def stress_channel(base, worlds, scale):
+        stats = AnswerStats(cpcv=base, raw_sharpe=0.0, residual_sharpe=0.0, turnover=0.3, ic=0.0, nodes=5,
+                            reasoning=False, motif=False, world_cpcvs=tuple(worlds))
+        return jepa_stress(stats, JepaStress(enabled=True, scale=scale, sessions=None))
+
     want = stress_channel(c2.channels["cpcv"], [c2.metrics["cpcv_world_vol"], c2.metrics["cpcv_world_crash"]], 0.4)
     assert c2.channels["jepa_stress"] == want and -1.0 <= want <= 0.0
     assert stress_channel(1.0, [1.5, 2.0], 0.4) == 0.0

@@ -21,6 +21,7 @@ from alphagym.briefs.catalogue import load_catalogue  # noqa: E402
 from alphagym.briefs.generate import read_briefs  # noqa: E402
 from alphagym.config import load_params, results_dir  # noqa: E402
 from alphagym.panel import Panel  # noqa: E402
+from alphagym.params import Compliance  # noqa: E402
 from alphagym.policy.evaluate import scored_answers  # noqa: E402
 from alphagym.policy.model import load_policy, set_decoding  # noqa: E402
 from alphagym.rl.advantages import gdpo, project  # noqa: E402
@@ -37,7 +38,7 @@ def effect_of_r14(groups, priorities, gated: bool) -> dict[str, float]:
         valid = np.array([c.valid for c in g])
         chans = {k: [c.channels[k] for c in g] for k in g[0].channels if k != "compliance"}
         base = project(gdpo(chans, priorities), valid)
-        chans["compliance"] = [ch.compliance(c.metrics["compliance"], c.valid, gated) for c in g]
+        chans["compliance"] = [ch.compliance(c.metrics["compliance"], c.valid, Compliance(gated=gated)) for c in g]
         comp, r1 = np.array(chans["compliance"]), np.array(chans["cpcv"])
         if comp.std() > 0 and r1.std() > 0:
             corr.append(float(np.corrcoef(comp, r1)[0, 1]))

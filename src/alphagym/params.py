@@ -24,6 +24,7 @@ from pydantic import (
     Field,
     GetCoreSchemaHandler,
     ValidationError,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -315,21 +316,18 @@ class HoldoutScore(Section):
     clip: Annotated[float, Field(gt=0)] = Field(description="the holdout score is clipped to [-clip, clip]")
 
 
-class Priorities(Section):
-    cpcv: NonNeg = Field(description="R1 weight")
-    pbo: NonNeg = Field(description="R2 weight")
-    jepa_stress: NonNeg = Field(description="R3 weight")
-    factor_neutrality: NonNeg = Field(description="R4 weight")
-    turnover: NonNeg = Field(description="R5 weight")
-    min_turnover: NonNeg = Field(description="R6 weight")
-    ic: NonNeg = Field(description="R7 weight")
-    novelty_pnl: NonNeg = Field(description="R8 weight")
-    novelty_syntax: NonNeg = Field(description="R9 weight")
-    motif_guard: NonNeg = Field(description="R10 weight")
-    complexity: NonNeg = Field(description="R11 weight")
-    format: NonNeg = Field(description="R12 weight")
-    crowding: NonNeg = Field(description="R13 weight (0: logged, not rewarded)")
-    compliance: NonNeg = Field(description="R14 weight (0: logged, not rewarded)")
+# The reward channels, in score-card order (R1, R2, ...): the one list of them. `Priorities` is generated from
+# it, each channel's params block is the `Verifier` field of the same name, and the verifier's functions attach
+# to it by id (`alphagym.verifier.channels.REGISTRY`, which a test keeps in step with it).
+REWARD_CHANNELS: tuple[str, ...] = (
+    "cpcv", "pbo", "jepa_stress", "factor_neutrality", "turnover", "min_turnover", "ic", "novelty_pnl",
+    "novelty_syntax", "motif_guard", "complexity", "format", "crowding", "compliance",
+)
+
+Priorities: type[Section] = create_model(
+    "Priorities", __base__=Section, __doc__="Each reward channel's weight in the combined reward (0: logged, "
+    "not rewarded).",
+    **{c: (NonNeg, Field(description=f"R{i} weight")) for i, c in enumerate(REWARD_CHANNELS, 1)})
 
 
 class Crowding(Section):
@@ -723,9 +721,9 @@ class RlRecipe(Section):
 
     @model_validator(mode="after")
     def _ranges(self) -> RlRecipe:
-        unknown = sorted(set(self.reward_weights) - set(Priorities.model_fields))
+        unknown = sorted(set(self.reward_weights) - set(REWARD_CHANNELS))
         if unknown:
-            raise ValueError(f"reward_weights: no channel named {unknown}; channels: {list(Priorities.model_fields)}")
+            raise ValueError(f"reward_weights: no channel named {unknown}; channels: {list(REWARD_CHANNELS)}")
         if self.repo.zeta_floor > self.repo.zeta_max:
             raise ValueError(f"repo.zeta_floor {self.repo.zeta_floor} is above repo.zeta_max {self.repo.zeta_max}")
         if self.adapo.low > self.adapo.high:
@@ -737,8 +735,10 @@ class RlRecipe(Section):
 
 class Rung(Section):
     parent: str = Field(min_length=1, description="the rung this one changes ('sft': the untrained SFT policy)")
-    change: str = Field(min_length=1, description="its one change, in words (the ladder table shows it)")
-    set: dict[str, Any] = Field(description="recipe keys (dotted) that differ from rl.recipe")
+    set: dict[str, Any] = Field(
+        description="recipe keys (dotted) that differ from the parent rung's recipe (rl.recipe for 'sft'); a "
+                    "mapping merges into the inherited one; a key that repeats the inherited value is an error. "
+                    "The rung's change (ladder table, MLflow) is this diff, computed from the recipes")
     seeds: Annotated[int, Field(ge=1, le=64)] | None = Field(
         default=None, description="replicas of this rung with seeds seed, seed+1, ... (default rl.seeds)")
 
@@ -767,6 +767,7 @@ class Rl(Section):
                     raise ValueError(f"rung {name!r}: its parents form a cycle through {p!r}")
                 seen.add(p)
                 p = self.rungs[p].parent
+        for name in self.rungs:       # after every parent is known: a recipe folds its whole chain
             try:
                 self.recipe_of(name)
             except ValidationError as exc:        # one line per bad key, named as in the rung's `set`
@@ -774,7 +775,8 @@ class Rl(Section):
                                 for e in exc.errors(include_url=False))
                 raise ValueError(f"rung {name!r}: its recipe does not validate: {bad}") from None
             except (ValueError, KeyError) as exc:
-                raise ValueError(f"rung {name!r}: its recipe does not validate: {exc}") from None
+                msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+                raise ValueError(f"rung {name!r}: its recipe does not validate: {msg}") from None
         unknown = [n for n in self.ladder if n not in self.rungs]
         if unknown or len(set(self.ladder)) != len(self.ladder):
             raise ValueError(f"rl.ladder {self.ladder}: every entry must be a distinct rung of rl.rungs "

@@ -60,6 +60,8 @@ class Family:
     replicas: str | None = None   # dotted key of a default replica count (seeds); an item's block's own
                                   # `seeds` overrides it. Replica k > 0 of item NAME is the item `NAME-sK`.
     blocks: str | None = None     # dotted key of the mapping name -> block when `key` is a list of names
+    # `{chain}` in a params key: one key per block on the item's chain of `parent`s (itself first, then its
+    # parent, ... while the parent is a block): a rung's recipe folds its ancestors' `set`s
 
 
 RUNGS = Family("rl.ladder", "rung", replicas="rl.seeds", blocks="rl.rungs")   # the ladder's rungs and replicas
@@ -189,7 +191,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
               {"checkpoints": f"{rl}/{{item}}/checkpoints", "log": f"{rl}/{{item}}/log.jsonl",
                "summary": f"{rl}/{{item}}/summary.json", "curves": f"{rl}/{{item}}/curves.png"},
               ("seed", "dsl", "verifier", "briefs.horizon_tolerance", "policy", "rl.policy", "rl.recipe",
-               "rl.rungs.{item}"),
+               "rl.rungs.{chain}"),
               ("src/alphagym/rl", RUNGS_CODE, *policy),
               metrics=("summary",), directories=("checkpoints",), threads_of_rung=True, family=RUNGS,
               priority_of_rung=True, work={"work": f"{rl}/{{item}}/work"},
@@ -202,7 +204,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
               {"answers": f"{probe}/{{item}}/answers.parquet", "table": f"{probe}/{{item}}/checkpoints.parquet",
                "summary": f"{probe}/{{item}}/summary.json"},
               ("seed", "dsl", "verifier", "briefs.horizon_tolerance", "policy", "rl.policy", "rl.recipe",
-               "rl.rungs.{item}", "probe", "books.min_turnover", "books.max_corr"),
+               "rl.rungs.{chain}", "probe", "books.min_turnover", "books.max_corr"),
               ("src/alphagym/probe", "src/alphagym/rl/checkpoints.py", RUNGS_CODE, "src/alphagym/books", *policy),
               metrics=("summary",), threads_of_rung=True, family=RUNGS, priority=RUNG_PRIORITY + 1,
               help="answer the holdout briefs greedily at every checkpoint of a rung; select on train CPCV, "
@@ -289,16 +291,32 @@ def rung_priority(params: Mapping[str, Any], item: str) -> int:
     return round(RUNG_PRIORITY * resolve_rung(params, item).cost / max(costs, default=1.0))
 
 
+def chain_of(params: Mapping[str, Any] | None, family: Family | None, item: str) -> list[str]:
+    """`item` and the blocks on its chain of `parent`s (`Family.blocks`), nearest first: the rungs whose
+    `set` a rung's recipe folds (`rungs.recipe_of`)."""
+    if params is None or family is None or family.blocks is None:
+        return [item]
+    blocks = get(params, family.blocks)
+    out = [item]
+    while (parent := str(blocks[out[-1]]["parent"])) in blocks and parent not in out:
+        out.append(parent)
+    return out
+
+
 def expand(stage: Stage, item: str, params_item: str | None = None,
-           params: Mapping[str, Any] | None = None) -> Stage:
+           params: Mapping[str, Any] | None = None, chain: list[str] | None = None) -> Stage:
     """A family member: `{item}` in paths and the command is the member, in params keys the item it
-    replicates (`params_item`; by default the member's item without its replica suffix)."""
+    replicates (`params_item`; by default the member's item without its replica suffix); a key with `{chain}`
+    is one key per name of `chain` (by default the item's chain of parents, `chain_of`)."""
     sub = {k: v.replace("{item}", item) for k, v in stage.deps.items()}
     out = {k: v.replace("{item}", item) for k, v in stage.outs.items()}
     work = {k: v.replace("{item}", item) for k, v in stage.work.items()} if stage.work else None
     if params_item is None:
         params_item = split_replica(item)[0] if stage.family and stage.family.replicas else item
-    keys = tuple(k.replace("{item}", params_item) for k in stage.params)
+    if chain is None:
+        chain = chain_of(params, stage.family, params_item)
+    keys = tuple(dict.fromkeys(k.replace("{item}", params_item).replace("{chain}", c)
+                               for k in stage.params for c in (chain if "{chain}" in k else [""])))
     threads = rung_threads(params, item) if stage.threads_of_rung and params is not None else stage.threads
     priority = rung_priority(params, item) if stage.priority_of_rung and params is not None else stage.priority
     return Stage(**{**stage.__dict__, "deps": sub, "outs": out, "params": keys, "item": item, "work": work,
@@ -355,7 +373,7 @@ def code_hash(paths: tuple[str, ...], root: str = ".") -> str:
 
 def params_schema(key: str) -> dict[str, Any]:
     """The JSON schema of the params at a dotted key of `Params` (its type, range and description, and every
-    field below it). A key under a mapping field (`rl.rungs.{item}`, `sft.{item}`) has the schema of the
+    field below it). A key under a mapping field (`rl.rungs.{chain}`, `sft.{item}`) has the schema of the
     mapping or model that holds it: every item's schema is in there."""
     from typing import Annotated
 
@@ -367,7 +385,7 @@ def params_schema(key: str) -> dict[str, Any]:
     model: type[BaseModel] | None = Params
     field = None
     for part in key.split("."):
-        if model is None or part == "{item}":
+        if model is None or part in ("{item}", "{chain}"):
             break
         if part not in model.model_fields:
             raise ConfigError(f"the stage table declares the parameter {key!r}, which params.py does not define")
@@ -467,10 +485,28 @@ def dvc_yaml(params: Mapping[str, Any], rows: list[Stage] | None = None,
         if s.family.replicas is None:
             stages[s.name] = {"foreach": members, "do": _dvc_body(expand(s, "${item}"), profile, block, i == 0)}
         else:        # a dict: the member names the paths (${key}), the item it replicates the params
-            stages[s.name] = {"foreach": {m: {"of": split_replica(m)[0]} for m in members},
-                              "do": _dvc_body(expand(s, "${key}", "${item.of}"), profile, block, i == 0)}
+            # `of` is the item it replicates; `up1`, `up2`, ... its chain of parents, padded with `of` to one
+            # length (DVC's params list is one template for every member; a repeated key counts once)
+            chains = {m: chain_of(params, s.family, split_replica(m)[0]) for m in members}
+            depth = max((len(c) for c in chains.values()), default=1)
+            foreach = {m: _Flow(of=c[0], **{f"up{k}": (c + [c[0]] * depth)[k] for k in range(1, depth)})
+                       for m, c in chains.items()}
+            names = ["${item.of}", *(f"${{item.up{k}}}" for k in range(1, depth))]
+            stages[s.name] = {"foreach": foreach,
+                              "do": _dvc_body(expand(s, "${key}", "${item.of}", chain=names), profile, block, i == 0)}
     header = "# Generated from src/alphagym/pipeline.py by `alphagym dag --write-dvc`; do not edit by hand.\n"
-    return header + yaml.safe_dump({"stages": stages}, sort_keys=False, width=110)
+    return header + yaml.dump({"stages": stages}, Dumper=_Dumper, sort_keys=False, width=110)
+
+
+class _Flow(dict):
+    """A mapping dvc.yaml writes on one line (a family member's names)."""
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(_Flow, lambda d, v: d.represent_mapping("tag:yaml.org,2002:map", v, flow_style=True))
 
 
 def check_rendering(params: Mapping[str, Any], params_file: str | Path, root: str | Path) -> None:

@@ -1,9 +1,12 @@
 """Rung resolution: a member of the ladder (`RUNG`, or its seed replica `RUNG-sK`) as it runs.
 
-A rung is `rl.recipe` with its `set` folded in (dotted recipe keys), and a replica is the same rung with
-seed + K. This is the one place that happens: `Rl` validates each rung's folded recipe, the train and probe
-stages resolve their member here, the report reads each rung's change from here, and the stage table asks
-it for a member's cores and expected cost. Only the stages that resolve rungs declare this module as code,
+A rung is written as a diff from its parent: its recipe is `rl.recipe` with the `set` of each rung on its
+chain of parents folded in, oldest first (dotted recipe keys; a mapping merges into the inherited one), and
+a key that repeats the value a parent rung set is an error. Its change is that diff, computed
+(`change_vs_parent`, `describe`), never typed by hand. A replica is the same rung with seed + K. This is
+the one place that happens: `Rl` validates each rung's folded recipe, the train and probe stages resolve
+their member here, the report reads each rung's change from here, and the stage table asks it for a
+member's cores and expected cost. Only the stages that resolve rungs declare this module as code,
 so a change here reruns them and nothing else.
 
 It sits below `alphagym.params` and imports nothing of the package: the fold works on plain mappings, and the
@@ -30,20 +33,43 @@ def split_replica(item: str) -> tuple[str, int]:
     return (m.group(1), int(m.group(2))) if m else (item, 0)
 
 
-def fold_set(recipe: Mapping[str, Any], changes: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """The recipe (as plain data) with a rung's `set` applied: dotted keys, each naming a key the recipe has.
-    Raises KeyError naming `rl.rungs.<name>.set` and the key for one it lacks."""
+def fold_set(recipe: Mapping[str, Any], changes: Mapping[str, Any], name: str,
+             set_by: dict[str, str] | None = None) -> dict[str, Any]:
+    """The recipe (as plain data) with rung `name`'s `set` applied: dotted keys, each naming a key the recipe
+    has; a mapping merges into the inherited mapping key by key (`reward_weights: {crowding: 1.0}` adds one
+    weight and keeps the parent's others). Raises KeyError naming `rl.rungs.<name>.set` and the key for one
+    the recipe lacks, and for one whose value repeats what a parent rung set (`set_by`: dotted key -> the
+    rung that set it, updated here): a rung states only what it changes. Repeating `rl.recipe`'s own value
+    is allowed: it pins the key where a profile or `--set` changes the base recipe."""
     raw = copy.deepcopy(dict(recipe))
+    set_by = {} if set_by is None else set_by
+    where = f"rl.rungs.{name}.set"
     for key, value in changes.items():
         node, parts = raw, key.split(".")
         for part in parts[:-1]:
             if not isinstance(node.get(part), dict):
-                raise KeyError(f"rl.rungs.{name}.set: unknown recipe key {key!r}")
+                raise KeyError(f"{where}: unknown recipe key {key!r}")
             node = node[part]
         if parts[-1] not in node:
-            raise KeyError(f"rl.rungs.{name}.set: unknown recipe key {key!r}")
-        node[parts[-1]] = value
+            raise KeyError(f"{where}: unknown recipe key {key!r}")
+        _put(node, parts[-1], value, key, where, name, set_by)
     return raw
+
+
+def _put(node: dict[str, Any], leaf: str, value: Any, key: str, where: str, name: str,
+         set_by: dict[str, str]) -> None:
+    inherited = node.get(leaf)
+    if isinstance(value, Mapping) and isinstance(inherited, dict):
+        if not value:
+            raise KeyError(f"{where}: {key!r} is empty and changes nothing; leave it out")
+        for k, v in value.items():
+            _put(inherited, str(k), v, f"{key}.{k}", where, name, set_by)
+        return
+    if key in set_by and inherited == value:
+        raise KeyError(f"{where}: {key} = {value!r} repeats the value it inherits from rung {set_by[key]!r}; a "
+                       "rung sets only what it changes")
+    node[leaf] = copy.deepcopy(value)
+    set_by[key] = name
 
 
 def flat(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -93,12 +119,26 @@ class ResolvedRung:
         return params, tags
 
 
-def recipe_of(rl: Any, name: str) -> Any:
-    """Rung `name`'s recipe: `rl.recipe` with the rung's `set` folded in, validated as `rl.recipe` is (its own
-    model class). `rl` is the `rl` params or a stage's view of them that holds `rl.recipe` and the rung."""
+def chain(rl: Any, name: str) -> list[str]:
+    """Rung `name` and its parents, nearest first, up to (not including) the SFT policy."""
     if name not in rl.rungs:
         raise KeyError(f"no rung {name!r} in rl.rungs (rungs: {sorted(rl.rungs)})")
-    return type(rl.recipe).model_validate(fold_set(rl.recipe.model_dump(), rl.rungs[name].set, name))
+    out = [name]
+    while (parent := rl.rungs[out[-1]].parent) != "sft":
+        if parent in out or parent not in rl.rungs:
+            raise KeyError(f"rung {name!r}: its chain of parents {out + [parent]} is broken or a cycle")
+        out.append(parent)
+    return out
+
+
+def recipe_of(rl: Any, name: str) -> Any:
+    """Rung `name`'s recipe: `rl.recipe` with the `set` of every rung on its chain folded in, oldest first,
+    validated as `rl.recipe` is (its own model class). `rl` is the `rl` params or a stage's view of them that
+    holds `rl.recipe` and the rungs."""
+    raw, set_by = rl.recipe.model_dump(), {}
+    for rung in reversed(chain(rl, name)):
+        raw = fold_set(raw, rl.rungs[rung].set, rung, set_by)
+    return type(rl.recipe).model_validate(raw)
 
 
 def resolve_rung(params: Any, item: str) -> ResolvedRung:
@@ -107,7 +147,8 @@ def resolve_rung(params: Any, item: str) -> ResolvedRung:
     name, replica = split_replica(item)
     rl = params.rl
     rung = rl.rungs[name]
-    return ResolvedRung(item, name, replica, recipe_of(rl, name), params.seed + replica, rung.parent, rung.change)
+    return ResolvedRung(item, name, replica, recipe_of(rl, name), params.seed + replica, rung.parent,
+                        describe(change_vs_parent(rl, name)))
 
 
 def change_vs_parent(rl: Any, rung: str) -> dict[str, tuple[Any, Any]]:
@@ -119,3 +160,11 @@ def change_vs_parent(rl: Any, rung: str) -> dict[str, tuple[Any, Any]]:
     theirs = flat((recipe_of(rl, parent) if parent != "sft" else rl.recipe).model_dump())
     keys = list(mine) + [k for k in theirs if k not in mine]
     return {k: (theirs.get(k), mine.get(k)) for k in keys if theirs.get(k) != mine.get(k)}
+
+
+def describe(diff: Mapping[str, tuple[Any, Any]]) -> str:
+    """A rung's change in one line, from `change_vs_parent`: `loss: dapo -> cispo; reward_weights.crowding:
+    - -> 1.0` (`-`: the key is absent on that side)."""
+    def text(v: Any) -> str:
+        return "-" if v is None else str(v)
+    return "; ".join(f"{k}: {text(a)} -> {text(b)}" for k, (a, b) in diff.items()) or "no recipe change"

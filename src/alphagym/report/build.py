@@ -16,8 +16,8 @@ import pandas as pd
 from alphagym.artifacts import read_json, read_jsonl, read_parquet
 from alphagym.briefs.compliance import CHECK_COLUMNS as _CHECK_COLUMNS
 from alphagym.errors import ArtifactError
-from alphagym.params import Rung
-from alphagym.rungs import split_replica
+from alphagym.params import Rl
+from alphagym.rungs import change_vs_parent, describe, split_replica
 
 ROLES = ("log", "train", "checkpoints", "answers", "table", "probe", "books", "daily")
 
@@ -44,10 +44,11 @@ class RungResult:
         return not self.missing
 
 
-def load_rung(item: str, files: Mapping[str, Path], rungs: Mapping[str, Rung]) -> RungResult:
+def load_rung(item: str, files: Mapping[str, Path], rl: Rl) -> RungResult:
+    """Ladder member `item`'s outputs (`files`: role -> path), with its parent and its change against the
+    parent as computed from the recipes (`rungs.describe`)."""
     rung, k = split_replica(item)
-    block = rungs[rung]
-    res = RungResult(item, rung, k, block.parent, block.change)
+    res = RungResult(item, rung, k, rl.rungs[rung].parent, describe(change_vs_parent(rl, rung)))
     res.missing = [f"{role}: {files[role]}" for role in ROLES if not Path(files[role]).exists()]
     if res.missing:
         return res
@@ -149,17 +150,14 @@ def _num(v: Any) -> float:
     return float("nan") if v is None else float(v)
 
 
-def ladder_rows(results: Sequence[RungResult], diffs: Mapping[str, Mapping[str, tuple[Any, Any]]]
-                ) -> list[dict[str, Any]]:
+def ladder_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
     """One row per rung (and replica): its change, shipped step, train CPCV and holdout score of the shipped
     checkpoint, step 0's holdout score, the change in holdout score against its parent (the parent's shipped
     checkpoint, same replica if it has one; step 0 for a rung on the SFT policy), and the equal-weight book."""
     by_item = {r.item: r for r in results}
     rows = []
     for r in results:
-        row: dict[str, Any] = {"rung": r.item, "parent": r.parent, "change": r.change,
-                               "recipe_diff": ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in diffs[r.rung].items())
-                               or "(none)"}
+        row: dict[str, Any] = {"rung": r.item, "parent": r.parent, "change": r.change}
         if not r.ok:
             row["status"] = f"FAILED or not run ({len(r.missing)} of {len(ROLES)} inputs missing, e.g. {r.missing[0]})"
             rows.append(row)

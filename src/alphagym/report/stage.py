@@ -36,11 +36,11 @@ from alphagym.report.build import (
     selector_rows,
     shipped_rung,
 )
-from alphagym.rungs import change_vs_parent, recipe_of
+from alphagym.rungs import recipe_of
 from alphagym.tracking import StageRun
 from alphagym.verifier import channels as ch
 
-LADDER_COLS = ("rung", "parent", "change", "status", "steps", "shipped_step", "train_cpcv", "holdout_score",
+LADDER_COLS = ("rung", "parent", "status", "steps", "shipped_step", "train_cpcv", "holdout_score",
                "step0_holdout", "vs_parent", "beyond_noise", "valid", "book_return", "book_sharpe", "book_beta",
                "families", "families_positive", "holdout_effective_bets", "compliance", "planted_edges_expressed",
                "decoy_trap_answers")
@@ -72,12 +72,11 @@ CKPT_COLS = ("step", "shipped", "train_cpcv", "valid", "families", "families_pos
 def report(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:
     rl = Rl.model_validate(params.rl)
     items = list(dict.fromkeys(k.split("@", 1)[1] for k in deps if "@" in k))
-    results = [load_rung(i, {role: deps[f"{role}@{i}"] for role in ROLES}, params.rl.rungs) for i in items]
+    results = [load_rung(i, {role: deps[f"{role}@{i}"] for role in ROLES}, rl) for i in items]
     if not any(r.ok for r in results):
         raise DataError("no_rungs", "no rung has finished its train, probe and books stages: nothing to report "
                         f"(missing: {results[0].missing if results else 'no rungs declared'})")
-    diffs = {r.rung: change_vs_parent(rl, r.rung) for r in results}
-    rows = ladder_rows(results, diffs)
+    rows = ladder_rows(results)
     spread = seed_spread(rows)
     floor = mark_noise(rows, spread)
     ship = shipped_rung(results)
@@ -192,9 +191,9 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
           "## Ladder", "", "`vs_parent`: change of the shipped holdout score against the parent rung's shipped "
           "checkpoint (step 0 for a rung on the SFT policy).", "",
           plots.table_md(rows, present(rows, LADDER_COLS), {k: ".0f" for k in COUNT_COLUMNS}), ""]
-    diff_rows = [{"rung": r["rung"], "recipe_diff": r["recipe_diff"]} for r in rows]
-    md += ["Recipe keys each rung changes against its parent:", "",
-           plots.table_md(diff_rows, ("rung", "recipe_diff")), ""]
+    md += ["Each rung's change: the recipe keys it changes against its parent, computed from the recipes:", "",
+           plots.table_md([{"rung": r.rung, "parent": r.parent, "change": r.change}
+                           for r in {r.rung: r for r in results}.values()], ("rung", "parent", "change")), ""]
     if spread:
         md += ["## Seeds", "", f"Shipped holdout score (mean, sd, min, max over the seeds) and the shipped "
                f"checkpoint's families, effective bets, planted edges expressed and compliance (mean and sd). "
@@ -270,8 +269,7 @@ def _export(params: Params, deps: dict[str, Path], results: list[RungResult], ro
             spread: list[dict[str, Any]], ship: RungResult) -> dict[str, Any]:
     return {
         "rewards": {"channels": list(ch.CHANNELS), "priorities": dict(params.verifier.priorities),
-                    "definitions": {c.id: f"{c.r} ({c.scope}): {c.doc}. {(c.fn.__doc__ or '').strip()}"
-                                    for c in ch.REGISTRY}},
+                    "definitions": {c.id: f"{c.r} ({ch.SCOPES[c.scope]}): {c.doc}" for c in ch.REGISTRY}},
         "world_model": {"config": dict(params.worldmodel), "jepa_stress": dict(params.verifier.jepa_stress),
                         "gates": read_json(deps["gates"], what="world-model gate report")},
         "ladder": rows, "seeds": spread, "shipped": {"rung": ship.item, "step": ship.probe["shipped_step"]},

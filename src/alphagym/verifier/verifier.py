@@ -61,6 +61,7 @@ class ScoreCard:
     insample_sharpes: np.ndarray | None = field(default=None, repr=False)
     test_sharpes: np.ndarray | None = field(default=None, repr=False)
     ast: Node | None = field(default=None, repr=False, compare=False)   # the parsed formula (brief checks read it)
+    stats: ch.AnswerStats | None = field(default=None, repr=False)      # what the per-answer channels read
 
     def total(self, priorities: dict[str, float]) -> float:
         """Priority-weighted sum of the raw channels (what a single-reward baseline would see)."""
@@ -162,13 +163,11 @@ class Verifier:
         return card
 
     def _novelty(self, card: ScoreCard) -> None:
-        """R8 and R9's per-answer part against the archive as it is now (the motif guard keeps them <= 0)."""
-        assert card.pnl is not None and card.canonical is not None
+        """The archive channels (R8, R9's per-answer part) against the archive as it is now."""
+        assert card.pnl is not None and card.canonical is not None and card.stats is not None
         card.max_corr = self.archive.max_abs_corr(card.pnl)
-        pnl_value = ch.novelty_pnl(card.max_corr, self.cfg.novelty_pnl)
-        syn_value = ch.novelty_syntax(card.max_corr, self.archive.seen(card.canonical), 0, self.cfg.novelty_syntax)
-        card.channels["novelty_pnl"] = min(pnl_value, 0.0) if card.motif else pnl_value
-        card.channels["novelty_syntax"] = min(syn_value, 0.0) if card.motif else syn_value
+        card.stats = replace(card.stats, max_corr=card.max_corr, seen_before=self.archive.seen(card.canonical))
+        ch.score_channels(card.stats, self.cfg, "archive", card.channels, card.skipped)
         card.metrics["novelty_max_corr"] = card.max_corr
 
     def score_one(self, text: str, answer: bool = False) -> ScoreCard:
@@ -252,44 +251,32 @@ class Verifier:
         raw_sr, resid_sr, betas, r2 = residual_sharpe_gap(net, self.factors)
         metrics.update(cpcv=cpcv, residual_sharpe=resid_sr, factor_r2=r2,
                        **{f"factor_beta_{n}": float(b) for n, b in zip(FACTOR_NAMES, betas)})
-        chans = card.channels
-        chans["cpcv"] = cpcv
-        chans["factor_neutrality"] = ch.factor_neutrality(raw_sr, resid_sr, self.cfg.factor_neutrality)
-        chans["turnover"] = ch.turnover_penalty(mean_turnover, self.cfg.turnover)
-        chans["min_turnover"] = ch.min_turnover(mean_turnover, self.cfg.min_turnover)
-        chans["ic"] = ch.ic_channel(ic, cpcv, self.cfg.ic)
-        if self.window == "train":
-            self._novelty(card)       # before the motif guard, which then zeroes any positive value
-        else:
-            card.skipped["novelty_pnl"] = card.skipped["novelty_syntax"] = "novelty is a train-window channel"
-            turnover_pen = ch.turnover_penalty(mean_turnover, self.holdout_turnover)
-            clip = self.cfg.holdout.clip
-            metrics["holdout_score"] = float(np.clip(cpcv + turnover_pen, -clip, clip))
+        world_cpcvs = stress_base = None
+        stress_metrics: dict[str, float] = {}
         if self.stress:
             world_cpcv = {name: sc.cpcv(*self.stress_evaluators[name].signal(ast))
                           for name, sc in self.stress.items()}
-            base = cpcv
             if self.stress_base is not None:
-                base = metrics["cpcv_stress_span"] = self.stress_base.cpcv(*self.stress_base_evaluator.signal(ast))
-            chans["jepa_stress"] = ch.jepa_stress(base, list(world_cpcv.values()), self.cfg.jepa_stress.scale)
-            metrics.update({f"cpcv_world_{k}": v for k, v in world_cpcv.items()})
-        else:
-            card.skipped["jepa_stress"] = ("off: verifier.jepa_stress.enabled is false, or the world-model gates "
-                                           "kept no world (results/world_model/gates.json); channel is 0")
-        chans["complexity"] = ch.complexity(card.nodes, self.cfg.complexity)
-        chans["format"] = ch.format_bonus(reasoning, self.cfg.format)
+                stress_base = stress_metrics["cpcv_stress_span"] = self.stress_base.cpcv(
+                    *self.stress_base_evaluator.signal(ast))
+            world_cpcvs = tuple(world_cpcv.values())
+            stress_metrics.update({f"cpcv_world_{k}": v for k, v in world_cpcv.items()})
         card.motif = ch.motif_guard_applies(ast, fields_used(ast), ic, self.cfg.motif_guard)
-        if card.motif:
-            self._apply_motif_guard(card)
+        card.stats = ch.AnswerStats(cpcv=cpcv, raw_sharpe=raw_sr, residual_sharpe=resid_sr, turnover=mean_turnover,
+                                    ic=ic, nodes=card.nodes, reasoning=reasoning, motif=card.motif,
+                                    world_cpcvs=world_cpcvs, stress_base=stress_base)
+        if self.window == "train":
+            self._novelty(card)
+        else:
+            ch.score_channels(card.stats, self.cfg, "archive", card.channels, card.skipped)   # listed as skipped
+            turnover_pen = ch.turnover_penalty(card.stats, self.holdout_turnover)
+            clip = self.cfg.holdout.clip
+            metrics["holdout_score"] = float(np.clip(cpcv + turnover_pen, -clip, clip))
+        metrics.update(stress_metrics)
+        ch.score_channels(card.stats, self.cfg, "answer", card.channels, card.skipped)
         t3 = time.perf_counter()
         card.timings = {"parse": (t1 - t0) * 1e3, "evaluate": (t2 - t1) * 1e3, "book_and_channels": (t3 - t2) * 1e3}
         return card
-
-    def _apply_motif_guard(self, card: ScoreCard) -> None:
-        for k, v in card.channels.items():
-            if v > 0:
-                card.channels[k] = 0.0
-        card.channels["motif_guard"] = ch.motif_guard(True, self.cfg.motif_guard)
 
     def score(self, text: str, answer: bool = False, brief: BriefCheck | None = None) -> ScoreCard:
         return self.score_group([text], answer=answer, brief=brief)[0]
@@ -317,7 +304,6 @@ class Verifier:
         return cards
 
     def _compliance(self, cards: list[ScoreCard], brief: BriefCheck) -> None:
-        gated = self.cfg.compliance.gated
         for c in cards:
             try:
                 ast = c.ast if c.ast is not None else parse(c.formula, self.limits) if c.formula else None
@@ -329,21 +315,22 @@ class Verifier:
             c.metrics["compliant"] = float(comp is not None and comp.ok)
             for k in brief.checks:
                 c.metrics[f"compliance/{k}"] = float(comp is not None and comp.checks[k])
-            c.channels["compliance"] = ch.compliance(share, c.valid, gated)
+            c.channels["compliance"] = ch.compliance(share, c.valid, self.cfg.compliance)
 
     def _group_channels(self, cards: list[ScoreCard]) -> None:
         valid = [c for c in cards if c.valid]
         if len(valid) >= 2:
             pen = ch.pbo_penalties(np.array([c.insample_sharpes for c in valid]),
-                                   np.array([c.test_sharpes for c in valid]), self.cfg.pbo.floor)
+                                   np.array([c.test_sharpes for c in valid]), self.cfg.pbo)
             for c, p in zip(valid, pen):
                 c.channels["pbo"] = 0.0 if c.motif else float(p)
         if self.window != "train":
             return
         forms = [c.canonical for c in cards if c.canonical]
         for c in valid:
-            same = forms.count(c.canonical) - 1
-            value = ch.novelty_syntax(c.max_corr, self.archive.seen(c.canonical), same, self.cfg.novelty_syntax)
+            assert c.stats is not None
+            stats = replace(c.stats, same_in_group=forms.count(c.canonical) - 1)
+            value = ch.novelty_syntax(stats, self.cfg.novelty_syntax)
             c.channels["novelty_syntax"] = min(value, 0.0) if c.motif else value
 
 
