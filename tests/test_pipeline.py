@@ -629,6 +629,8 @@ def test_snakemake_run_reruns_on_params_and_code_and_agrees_with_dvc(root, tmp_p
     [proposed] = json.loads(done.stdout)["briefs"]
     assert proposed["constrained"] == "brief" and proposed["answers"] == 16, proposed
     assert all(r["compliant"] and all(r["checks"].values()) for r in proposed["proposals"]), proposed
+    # every dropped answer is accounted for by its reason
+    assert proposed["valid"] + sum(proposed.get("invalid", {}).values()) == 16, proposed
     # the report rerun by hand writes the bytes the sender's Snakemake run wrote (.dvcignore: Snakemake's
     # timestamp file in a directory output is not part of it)
     assert _dvc_changed(clone) == set()

@@ -266,6 +266,9 @@ def _print_proposals(out: dict[str, Any]) -> None:
         if b.get("compliant_share") is not None:
             line += f"; compliant {b['compliant_share']:.2f} of the valid"
         con.print(line)
+        if b.get("invalid"):
+            con.print("invalid: " + ", ".join(f"{k} {v}" for k, v in b["invalid"].items())
+                      + (f"; e.g. {b['invalid_example']}" if not b["valid"] else ""))
         if b.get("note"):
             con.print(f"[yellow]note[/] {b['note']}")
         t = Table("#", "train CPCV", "Sharpe", "turnover", "beta", "n", "checks", "idea", "formula")

@@ -22,6 +22,7 @@ probe on train CPCV alone.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -191,8 +192,17 @@ def propose(params: Params, policy: Policy, briefs: Sequence[Mapping[str, Any]],
             "constrained": "brief" if kept else ("grammar" if policy.grammar is not None else "free"),
             "answers": len(cards), "valid": sum(c.valid for c in cards), "distinct": len(best),
             "proposals": [_card_row(c, counts[c.canonical], idea, b.get("mechanism")) for c in ranked]}
+        invalid = [c for c in cards if not c.valid]
+        if invalid:          # why answers were dropped, so that "0 of 16 valid" is never left unexplained
+            entry["invalid"] = dict(Counter(c.error_type or "invalid" for c in invalid).most_common())
+            entry["invalid_example"] = f"{invalid[0].formula or invalid[0].text!r}: {invalid[0].reason}"
+        notes = []
         if not kept and policy.contracts is not None:
-            entry["note"] = "not a catalogue brief: answered under the grammar alone (no brief checks)"
+            notes.append("not a catalogue brief: answered under the grammar alone (no brief checks)")
+        if temperature == 0 and k > 1:
+            notes.append(f"temperature 0 is greedy: the {k} answers are one answer {k} times")
+        if notes:
+            entry["note"] = "; ".join(notes)
         if checker is not None:
             valid = [c for c in cards if c.valid]
             entry["compliant_share"] = (float(np.mean([c.metrics.get("compliant", 0.0) for c in valid]))

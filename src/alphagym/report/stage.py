@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -262,7 +263,20 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
             md += ["FAILED or not run: missing " + "; ".join(r.missing), ""]
             continue
         md += [plots.table_md(r.table.to_dict("records"), CKPT_COLS), ""]
-    return "\n".join(md)
+    return "\n".join(_wrap("\n".join(md).split("\n")))
+
+
+def _wrap(lines: list[str], width: int = 110) -> list[str]:
+    """Prose lines wrapped at `width` (a list item's continuation indented); tables, headings and images kept
+    whole, as Markdown needs them on one line."""
+    out: list[str] = []
+    for line in lines:
+        if len(line) <= width or line.startswith(("|", "#", "![", "```")):
+            out.append(line)
+        else:
+            out += textwrap.wrap(line, width, subsequent_indent="  " if line.startswith("- ") else "",
+                                 break_long_words=False, break_on_hyphens=False)
+    return out
 
 
 def _export(params: Params, deps: dict[str, Path], results: list[RungResult], rows: list[dict[str, Any]],
