@@ -234,7 +234,8 @@ from alphagym.pipeline import stage_rows
 def params():
     # two rungs: one seed by default, the second with three seed replicas of its own
     return load_params("params.yaml", ["rl.ladder=[cispo_all, cispo_repo]", "rl.seeds=1",
-                                       "rl.rungs.cispo_repo.seeds=3"])
+                                       "rl.rungs.cispo_repo={parent: cispo_repo_all, set: {briefs: filtered}, "
+                                       "seeds: 3}"])
 
 
 def rows():

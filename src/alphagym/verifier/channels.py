@@ -324,10 +324,10 @@ def score_channels(s: AnswerStats, cfg: Any, scope: Scope, channels: dict[str, f
     for c in REGISTRY:
         if c.scope != scope:
             continue
-        if c.needs is not None and getattr(s, c.needs) is None:
+        if c.needs is not None and vars(s)[c.needs] is None:
             skipped[c.id] = c.off
             continue
-        value = c.fn(s, getattr(cfg, c.id))
+        value = c.fn(s, cfg[c.id])
         channels[c.id] = min(value, 0.0) if s.motif else value
 
 
