@@ -69,6 +69,29 @@ def test_a_brief_compiles_exactly_when_the_generator_draws_it_and_its_witnesses_
     assert 0 < refused < len(sample)          # both kinds are in the sample
 
 
+def test_a_name_at_the_end_counts_as_each_way_it_can_end(cat):
+    """A field cut off at the end of a prefix is judged as written: the witness appended after `-high` need
+    bring only the second field, so the answer closes; a third field under "two fields" is refused while
+    it is still being written (`vwa`), and `adv<d>` (close and volume) under "prices only". Each of these
+    once ended an answer cut off, invalid (the smoke SFT policy's answers to 24 briefs: 182 of 192 closed
+    before, 190 after)."""
+    two = dict(id="t0", mechanism="liquidity_level", horizon=63, input_rule="two_fields", structure="two_ranks",
+               forbidden="compact")
+    ck = ContractChecker(compile_brief(two, cat, TOL), two, cat, TOL)
+    for prefix in ("<alpha>-hi", "<alpha>-high"):
+        suffix = ck.completion(prefix)
+        assert suffix is not None, prefix
+        assert ck.state(prefix + suffix) == "done" and check(two, parse((prefix + suffix)[7:-8]), cat, TOL).ok
+    assert ck.state("<alpha>rank(high - low / vwa") == "dead"        # a third field, not yet whole
+    assert ck.state("<alpha>rank(high - low / volume") == "dead"
+    assert ck.state("<alpha>rank(high - lo") == "open"               # `low` is the second field
+    prices = dict(id="t2", mechanism="tail_risk", horizon=5, input_rule="price_only", structure="against_extreme",
+                  forbidden="no_argext")
+    pk = ContractChecker(compile_brief(prices, cat, TOL), prices, cat, TOL)
+    assert pk.state("<alpha>-adv9") == "dead" and pk.state("<alpha>-ad") == "dead"   # `ad` can only be adv
+    assert pk.state("<alpha>-ab") == "open"                          # `abs(`
+
+
 def test_the_checker_keeps_the_brief_and_completes_what_the_model_left_unmet(cat):
     b = dict(id="t1", mechanism="volume_surge", horizon=21, input_rule="use_vwap", structure="ranked",
              forbidden="no_argext")

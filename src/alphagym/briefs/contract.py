@@ -13,7 +13,9 @@ contract added, so the sampler that keeps answers grammatical keeps them complia
   sessions than allowed, time-series operators nested deeper than allowed, more nodes than allowed, an
   outermost operator other than the required one, or an outermost call closed while a requirement is
   still unmet. These counts only grow as text is appended, so a prefix refused here has no compliant
-  completion; that is what keeps the sampler from writing into a formula it would have to throw away.
+  completion; that is what keeps the sampler from writing into a formula it would have to throw away. A
+  name cut off at the end counts as each way it can end (`ended`): `vwa` under "two fields" after two
+  fields is refused while it is written, not one token after it, when no continuation could save it.
 - **Requirements the model has not met are met by the completion** ("must use volume", "exactly one
   ts_corr", the horizon's window): the closing search (`PrefixChecker.completion`) also tries appending
   a witness as an operand (` + W`): first one built for what the prefix still lacks within the room it
@@ -33,7 +35,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from itertools import combinations
 from typing import Any
@@ -48,7 +50,7 @@ from alphagym.dsl.canonical import fields_used
 from alphagym.dsl.errors import DslError
 from alphagym.dsl.lexer import Token
 from alphagym.dsl.parser import Limits, parse
-from alphagym.dsl.prefix import OPEN, PrefixChecker, halves_completed
+from alphagym.dsl.prefix import _PARTIAL_NAME, OPEN, PrefixChecker, halves_completed
 from alphagym.dsl.registry import ALIASES, FIELDS, OPS, ts_transforms
 from alphagym.errors import BriefError
 from alphagym.panel import DSL_FIELDS, PRICE_LEVEL_FIELDS
@@ -198,6 +200,21 @@ def scan(tokens: list[Token], text_end: int) -> Facts:
         prev = t
     return Facts(ops, fields, longest, ts_depth, nodes, long_sum, first, root_call, root_closed, after_root,
                  ts_open)
+
+
+def ended(f: Facts, name: str) -> Facts:
+    """The facts `f` of a prefix once the name cut off at its end is written whole as `name` (a field,
+    `adv<d>`, or a call `op(`), without lexing the prefix again."""
+    if name.endswith("("):
+        op = ALIASES.get(name[:-1], name[:-1])
+        return replace(f, ops={**f.ops, op: f.ops.get(op, 0) + 1}, nodes=f.nodes + 1)
+    if re.fullmatch(r"adv\d+", name):                 # ts_mean(close * volume, d), as `scan` counts it
+        ops = {**f.ops, "ts_mean": f.ops.get("ts_mean", 0) + 1, "mul": f.ops.get("mul", 0) + 1}
+        return replace(f, ops=ops, fields=f.fields | {"close", "volume"}, nodes=f.nodes + 4,
+                       max_window=max(f.max_window, float(name[3:])), ts_depth=max(f.ts_depth, f.ts_open + 1))
+    if name in FIELDS:
+        return replace(f, fields=f.fields | {name}, nodes=f.nodes + 1)
+    return f
 
 
 def unmet(c: Contract, ops: Mapping[str, int], fields: set[str], longest: float) -> list[str]:
@@ -639,7 +656,15 @@ class ContractChecker(PrefixChecker):
             tokens = self._tokens(formula)
         except DslError:
             return True              # the grammar's own check decides
-        return violation(self.contract, scan(tokens, len(formula))) is None
+        f = scan(tokens, len(formula))
+        if violation(self.contract, f) is not None:
+            return False
+        # a name cut off at the end (`vwa`, `vwap`) is not counted by `scan` (it may still grow): judge it as
+        # each way it can end would be counted, so that a third field under "two fields" is refused before
+        # the answer is written into it
+        m = _PARTIAL_NAME.search(formula)
+        return m is None or any(violation(self.contract, ended(f, name)) is None
+                                for name in self._completions(m.group(0).lower()))
 
     def _complies(self, formula: str) -> bool:
         try:
@@ -650,6 +675,8 @@ class ContractChecker(PrefixChecker):
 
     def allows(self, name: str) -> bool:
         c = self.contract
+        if re.fullmatch(r"adv\d*", name):        # adv<d> reads ts_mean(close * volume, d) (`scan` counts it so)
+            return not {"close", "volume"} & c.forbid_fields and self.allows("ts_mean(") and self.allows("mul(")
         if name.endswith("("):
             op = name[:-1]
             return op not in c.forbid_ops and all(o != op or hi > 0 for o, _, hi in c.op_counts)
@@ -670,8 +697,10 @@ class ContractChecker(PrefixChecker):
 
     def repairs(self, text: str) -> tuple[str, ...]:
         """A witness as the whole formula of an empty answer, or added as an operand (` + W`) while the
-        formula has a requirement unmet; nothing once every requirement is met (the grammar closes it)."""
-        body, f = self._facts(text)
+        formula has a requirement unmet; nothing once every requirement is met (the grammar closes it). A name
+        at the end of `text` counts as written: the piece appended ends it (`-high` then ` + W` has used `high`,
+        and W must bring the other field, not two)."""
+        body, f = self._facts(text + " ")
         if not body.strip():
             return tuple(w[3:] for w in self.witness_pieces)
         if f is None or not unmet(self.contract, f.ops, f.fields, f.max_window):

@@ -156,7 +156,7 @@ class PrefixChecker:
         return ()
 
     def allows(self, name: str) -> bool:
-        """Whether a field (`close`) or a call (`ts_mean(`) may appear at all: always, here; a brief's checker
+        """Whether a field (`close`, `adv20`) or a call (`ts_mean(`) may appear at all: always, here; a brief's checker
         refuses its forbidden ones, so a cut-off name whose every completion is forbidden is not viable."""
         return True
 
@@ -203,10 +203,9 @@ class PrefixChecker:
         fn = next((f for f in _FUNCTIONS if f.startswith(name) and self.allows(ALIASES.get(f, f) + "(")), None)
         if fn:
             out.append(fn + "(")
-        if "adv20".startswith(name):
-            out.append("adv20")
-        elif re.fullmatch(r"adv\d+", name):
-            out.append(name)
+        adv = "adv20" if "adv20".startswith(name) else name if re.fullmatch(r"adv\d+", name) else None
+        if adv is not None and self.allows(adv):
+            out.append(adv)
         out += [c for c in _INDCLASS if c.startswith(name)][:1]
         return out
 
