@@ -290,6 +290,11 @@ def test_a_rung_is_a_diff_from_its_parent():
         load_params(base, ["rl.rungs.dapo_repo_dora.set={loss: dapo, adapter: dora}"])
     with pytest.raises(ConfigError, match=r"rung 'cispo_repo_both'.*reward_weights.compliance = 1.0 repeats"):
         load_params(base, ["rl.rungs.cispo_repo_both.set={reward_weights: {compliance: 1.0, crowding: 1.0}}"])
+    # a misspelt channel: the one sentence, not the whole recipe it sits in
+    with pytest.raises(ConfigError, match=r"rung 'cispo_repo_grammar': its recipe does not validate: Value error, "
+                                          r"reward_weights: no channel named \['complianc'\]") as bad:
+        load_params(base, ["rl.rungs.cispo_repo_grammar={parent: cispo_repo, set: {reward_weights: {complianc: 1.0}}}"])
+    assert "briefs_per_step" not in str(bad.value)
     # a rung may restate rl.recipe's own value: it pins the key against a profile's or --set's base recipe
     pinned = load_params(base, ["rl.recipe.loss=dapo"])
     assert pinned.rl.recipe_of("bench_cispo").loss == "cispo" and pinned.rl.recipe_of("dapo_all").loss == "dapo"

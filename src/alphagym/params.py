@@ -771,8 +771,9 @@ class Rl(Section):
             try:
                 self.recipe_of(name)
             except ValidationError as exc:        # one line per bad key, named as in the rung's `set`
+                # a key's error names the key and its value; a rule of the whole recipe (no key) only its message
                 bad = "; ".join(f"{'.'.join(str(x) for x in e['loc'])} = {e.get('input')!r}: {e['msg']}"
-                                for e in exc.errors(include_url=False))
+                                if e["loc"] else e["msg"] for e in exc.errors(include_url=False))
                 raise ValueError(f"rung {name!r}: its recipe does not validate: {bad}") from None
             except (ValueError, KeyError) as exc:
                 msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
