@@ -290,6 +290,9 @@ def test_a_rung_is_a_diff_from_its_parent():
         load_params(base, ["rl.rungs.dapo_repo_dora.set={loss: dapo, adapter: dora}"])
     with pytest.raises(ConfigError, match=r"rung 'cispo_repo_both'.*reward_weights.compliance = 1.0 repeats"):
         load_params(base, ["rl.rungs.cispo_repo_both.set={reward_weights: {compliance: 1.0, crowding: 1.0}}"])
+    with pytest.raises(ConfigError, match=r"unknown recipe key 'lrr' \(did you mean 'lr'\?\)"):
+        load_params(base, ["rl.rungs.cispo_repo_grammar={parent: cispo_repo, set: {lrr: 1.0}}"])
+    assert describe({"lr": (2e-4, 2e-5)}) == "lr: 0.0002 -> 0.00002"      # one format for one key
     # a misspelt channel: the one sentence, not the whole recipe it sits in
     with pytest.raises(ConfigError, match=r"rung 'cispo_repo_grammar': its recipe does not validate: Value error, "
                                           r"reward_weights: no channel named \['complianc'\]") as bad:

@@ -16,6 +16,7 @@ validated params and recipes it is handed are used through their attributes.
 from __future__ import annotations
 
 import copy
+import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -51,7 +52,8 @@ def fold_set(recipe: Mapping[str, Any], changes: Mapping[str, Any], name: str,
                 raise KeyError(f"{where}: unknown recipe key {key!r}")
             node = node[part]
         if parts[-1] not in node:
-            raise KeyError(f"{where}: unknown recipe key {key!r}")
+            near = difflib.get_close_matches(parts[-1], [str(k) for k in node], n=1)
+            raise KeyError(f"{where}: unknown recipe key {key!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
         _put(node, parts[-1], value, key, where, name, set_by)
     return raw
 
@@ -166,5 +168,7 @@ def describe(diff: Mapping[str, tuple[Any, Any]]) -> str:
     """A rung's change in one line, from `change_vs_parent`: `loss: dapo -> cispo; reward_weights.crowding:
     - -> 1.0` (`-`: the key is absent on that side)."""
     def text(v: Any) -> str:
+        if isinstance(v, float) and not v.is_integer() and 1e-9 <= abs(v) < 1e9:   # 0.0002 -> 2e-05, not mixed
+            return f"{v:.12f}".rstrip("0")
         return "-" if v is None else str(v)
     return "; ".join(f"{k}: {text(a)} -> {text(b)}" for k, (a, b) in diff.items()) or "no recipe change"
