@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 
 from alphagym.config import get, results_dir, to_builtin
-from alphagym.rungs import REPLICA, resolve_rung, split_replica
+from alphagym.rungs import REPLICA, chain, resolve_rung, split_replica
 
 __all__ = ["REPLICA", "split_replica"]      # the ladder's item names, re-exported for the stage table's users
 
@@ -292,15 +292,11 @@ def rung_priority(params: Mapping[str, Any], item: str) -> int:
 
 
 def chain_of(params: Mapping[str, Any] | None, family: Family | None, item: str) -> list[str]:
-    """`item` and the blocks on its chain of `parent`s (`Family.blocks`), nearest first: the rungs whose
-    `set` a rung's recipe folds (`rungs.recipe_of`)."""
+    """`item` and the blocks on its chain of `parent`s (`Family.blocks`; `rungs.chain`), nearest first: the
+    rungs whose `set` a rung's recipe folds (`rungs.recipe_of`)."""
     if params is None or family is None or family.blocks is None:
         return [item]
-    blocks = get(params, family.blocks)
-    out = [item]
-    while (parent := str(blocks[out[-1]]["parent"])) in blocks and parent not in out:
-        out.append(parent)
-    return out
+    return chain(get(params, family.blocks), item)
 
 
 def expand(stage: Stage, item: str, params_item: str | None = None,

@@ -121,13 +121,14 @@ class ResolvedRung:
         return params, tags
 
 
-def chain(rl: Any, name: str) -> list[str]:
-    """Rung `name` and its parents, nearest first, up to (not including) the SFT policy."""
-    if name not in rl.rungs:
-        raise KeyError(f"no rung {name!r} in rl.rungs (rungs: {sorted(rl.rungs)})")
+def chain(rungs: Mapping[str, Any], name: str) -> list[str]:
+    """Rung `name` and its parents, nearest first, up to (not including) the SFT policy. `rungs`: the
+    `rl.rungs` mapping (validated rungs or plain blocks: each read as `block["parent"]`)."""
+    if name not in rungs:
+        raise KeyError(f"no rung {name!r} in rl.rungs (rungs: {sorted(rungs)})")
     out = [name]
-    while (parent := rl.rungs[out[-1]].parent) != "sft":
-        if parent in out or parent not in rl.rungs:
+    while (parent := str(rungs[out[-1]]["parent"])) != "sft":
+        if parent in out or parent not in rungs:
             raise KeyError(f"rung {name!r}: its chain of parents {out + [parent]} is broken or a cycle")
         out.append(parent)
     return out
@@ -138,7 +139,7 @@ def recipe_of(rl: Any, name: str) -> Any:
     validated as `rl.recipe` is (its own model class). `rl` is the `rl` params or a stage's view of them that
     holds `rl.recipe` and the rungs."""
     raw, set_by = rl.recipe.model_dump(), {}
-    for rung in reversed(chain(rl, name)):
+    for rung in reversed(chain(rl.rungs, name)):
         raw = fold_set(raw, rl.rungs[rung].set, rung, set_by)
     return type(rl.recipe).model_validate(raw)
 
