@@ -72,9 +72,8 @@ def test_a_brief_compiles_exactly_when_the_generator_draws_it_and_its_witnesses_
 def test_a_name_at_the_end_counts_as_each_way_it_can_end(cat):
     """A field cut off at the end of a prefix is judged as written: the witness appended after `-high` need
     bring only the second field, so the answer closes; a third field under "two fields" is refused while
-    it is still being written (`vwa`), and `adv<d>` (close and volume) under "prices only". Each of these
-    once ended an answer cut off, invalid (the smoke SFT policy's answers to 24 briefs: 182 of 192 closed
-    before, 190 after)."""
+    it is still being written (`vwa`), and `adv<d>` (close and volume) under "prices only". Left open, each
+    ends an answer cut off at a dead end, invalid."""
     two = dict(id="t0", mechanism="liquidity_level", horizon=63, input_rule="two_fields", structure="two_ranks",
                forbidden="compact")
     ck = ContractChecker(compile_brief(two, cat, TOL), two, cat, TOL)
