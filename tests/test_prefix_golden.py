@@ -17,7 +17,7 @@ import numpy as np
 
 from alphagym.dsl.errors import DslError
 from alphagym.dsl.parser import parse
-from alphagym.dsl.prefix import CLOSE, OPEN, PrefixChecker
+from alphagym.dsl.prefix import _CLOSING_PIECES, CLOSE, OPEN, PrefixChecker, hopeless
 from alphagym.dsl.printer import plain
 from alphagym.dsl.random_formula import random_formula
 
@@ -89,6 +89,29 @@ def test_every_prefix_state_and_parse_outcome_is_as_pinned():
     joined = "".join(r["states"] for r in rows)
     assert {"x", "o", "d"} <= set(joined) and sum(r["parse"].startswith("ok") for r in rows) > 100
     assert sum(not r["parse"].startswith("ok") for r in rows) > 100
+
+
+def test_hopeless_pieces_are_dead():
+    """The completion search skips a piece `hopeless` calls dead without parsing it: on every open character
+    prefix of every second corpus formula, each piece it skips is dead to the checker. Negative control: a rule
+    that also skips `)` after an operand inside a call (`rank(close` + `)` is open, not dead) is caught."""
+    checker = PrefixChecker()
+    skipped, wrong, caught = 0, [], 0
+    for formula in corpus()[::2]:
+        for k in range(len(formula) + 1):
+            body = formula[:k]
+            if checker.state(OPEN + body) != "open":
+                continue
+            for piece in _CLOSING_PIECES:
+                dead = checker.state(OPEN + body + piece) == "dead"
+                if hopeless(body, piece):
+                    skipped += 1
+                    if not dead:
+                        wrong.append((body, piece))
+                elif piece == ")" and not dead and body.rstrip()[-1:].isalnum():
+                    caught += 1          # what the wrong rule would have skipped
+    assert not wrong, f"{len(wrong)} skipped pieces are not dead, e.g. {wrong[:3]}"
+    assert skipped > 5000 and caught > 100, (skipped, caught)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ from alphagym.dsl.canonical import fields_used
 from alphagym.dsl.errors import DslError
 from alphagym.dsl.lexer import Token
 from alphagym.dsl.parser import Limits, parse
-from alphagym.dsl.prefix import _PARTIAL_NAME, OPEN, PrefixChecker, halves_completed
+from alphagym.dsl.prefix import _PARTIAL_NAME, OPEN, OPERAND_DUE, PrefixChecker, halves_completed
 from alphagym.dsl.registry import ALIASES, FIELDS, OPS, ts_transforms
 from alphagym.errors import BriefError
 from alphagym.panel import DSL_FIELDS, PRICE_LEVEL_FIELDS
@@ -551,7 +551,6 @@ def _witnesses(c: Contract, limits: Limits, k: int) -> tuple[str, ...]:
     return tuple(out)
 
 
-_OPERAND_DUE = frozenset("(,+-*/^<>=!&|?:")
 _WINDOW = re.compile(r"(?<=, )(\d+)(?=\))")
 
 
@@ -667,9 +666,8 @@ class ContractChecker(PrefixChecker):
                                 for name in self._completions(m.group(0).lower()))
 
     def _complies(self, formula: str) -> bool:
-        try:
-            ast = parse(formula, self.limits)
-        except DslError:
+        ast = self.parsed(formula)
+        if ast is None:
             return False
         return check(self.brief, ast, self.catalogue, self.tolerance).ok and holds(self.contract, ast)
 
@@ -709,7 +707,7 @@ class ContractChecker(PrefixChecker):
         # an operand without one), then the brief's own
         pieces = tuple(dict.fromkeys([*(f" + {w}" for w in built(residual(self.contract, f), self.limits)),
                                       *self.witness_pieces]))
-        if body.rstrip()[-1:] in _OPERAND_DUE:     # an operand is due: the witness is it (not ` + W`, a unary plus)
+        if body.rstrip()[-1:] in OPERAND_DUE:     # an operand is due: the witness is it (not ` + W`, a unary plus)
             return tuple(" " + w[3:] for w in pieces)
         return pieces
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from alphagym.dsl.ast import Node
 from alphagym.dsl.errors import DslError
 from alphagym.dsl.lexer import Token, tokenize
 from alphagym.dsl.parser import FinishedCalls, Limits, _Parser, parse
@@ -44,6 +45,33 @@ _HALVES = frozenset({"1", "|", "&", "="})
 _HALF_NUMBER = re.compile(r"((?<![0-9A-Za-z_.])\.|[0-9.][eE][+-]?)\Z")     # \Z: `$` also matches before a final newline
 _HALF_OPERATOR = {"|": "|", "&": "&", "!": "=", "=": "="}
 _INDCLASS = tuple(f"indclass.{g}" for g in GROUPS)
+# the last character of a formula after which an operand is due (an operator, an open call, a comma, '?', ':')
+OPERAND_DUE = frozenset("(,+-*/^<>=!&|?:")
+# closing pieces that continue a written operand, and those that are an operand
+_AFTER_OPERAND = frozenset({CLOSE, ")", ", 5", ", 1", " : 0", ", IndClass.sector"})
+_OPERANDS = frozenset({" returns", " 1", "IndClass.sector", " close"})
+
+
+def hopeless(body: str, piece: str) -> bool:
+    """Whether appending the closing piece `piece` to the formula `body` surely breaks it, read off the text
+    alone: a piece that continues an operand where one is due (`rank(` + `)`), an operand after an operand
+    (`close` + ` 1`), `</alpha>` with a call still open, `)` or `,` with none open, `:` without `?`. Each such
+    text fails to parse at the piece, before its end, so the checker would call it dead; the completion search
+    skips them without a parse (`test_hopeless_pieces_are_dead` checks the claim on every prefix of a sample)."""
+    if piece not in _AFTER_OPERAND and piece not in _OPERANDS:
+        return False
+    end = body.rstrip()[-1:]
+    due = end == "" or end in OPERAND_DUE
+    if piece in _OPERANDS:
+        return not due
+    if due:
+        return True
+    depth = body.count("(") - body.count(")")
+    if piece == CLOSE:
+        return depth != 0
+    if piece == " : 0":
+        return "?" not in body
+    return depth <= 0
 
 
 def halves_completed(formula: str) -> str:
@@ -71,6 +99,9 @@ class PrefixChecker:
         # shares the grammar's, since a parse does not depend on the brief)
         self.finished = (share.finished if share is not None else FinishedCalls()) if reuse else None
         self.heads: dict[str, list[Token]] | None = (share.heads if share is not None else {}) if reuse else None
+        # a brief's checker lexes a text twice in one state check (its contract's facts, then the parse)
+        self._lexed: tuple[str, list[Token]] | None = None
+        self._parsed: tuple[str, Node | None] | None = None
         # the sampler asks again for texts it has met (every row past half its budget, at every token;
         # answers that repeat across a rung's steps): a search costs 2-7 ms, a repeat nothing
         self.completion = lru_cache(maxsize=50_000)(self.completion)  # type: ignore[method-assign]
@@ -133,8 +164,9 @@ class PrefixChecker:
             # an operand after the same operand is a loop
             half = "1" if _HALF_NUMBER.search(out) else _HALF_OPERATOR.get(out[-1:])
             closing = (CLOSE, *(r for r in self.repairs(out) if r not in out), *_CLOSING_PIECES[1:])
-            pieces = [(out + p, p) for p in closing
-                      if (p not in _HALVES or p == half) and not (p == last and p in _NO_REPEAT)]
+            body = out[out.find(OPEN) + len(OPEN):]
+            pieces = [(out + p, p) for p in closing if (p not in _HALVES or p == half)
+                      and not (p == last and p in _NO_REPEAT) and not hopeless(body, p)]
             for nxt, piece in [*names, *pieces]:
                 if nxt == out or nxt in seen:
                     continue
@@ -172,14 +204,22 @@ class PrefixChecker:
 
     def complete(self, formula: str) -> bool:
         """The formula parses in full (limits included) and reads only fields the panel has."""
-        if not formula.strip():
-            return False
-        try:
-            self._prefix_parse(formula)
-            parse(formula, self.limits)
-        except DslError:
-            return False
-        return True
+        return self.parsed(formula) is not None
+
+    def parsed(self, formula: str) -> Node | None:
+        """The formula's tree when it is `complete`, else None. The last answer is kept: a brief's checker
+        reads the tree of the formula it has just found complete."""
+        if self._parsed is not None and self._parsed[0] == formula:
+            return self._parsed[1]
+        ast = None
+        if formula.strip():
+            try:
+                self._prefix_parse(formula)
+                ast = parse(formula, self.limits)
+            except DslError:
+                ast = None
+        self._parsed = (formula, ast)
+        return ast
 
     def viable(self, formula: str) -> bool:
         """Some continuation of `formula` parses."""
@@ -216,6 +256,8 @@ class PrefixChecker:
 
     def _tokens(self, formula: str) -> list[Token]:
         """`tokenize(formula)`, resumed after the formula's last whitespace from the tokens before it."""
+        if self._lexed is not None and self._lexed[0] == formula:
+            return self._lexed[1]
         cut = max(formula.rfind(" "), formula.rfind("\t"), formula.rfind("\n"), formula.rfind("\r"))
         limits = self.limits
         if self.heads is None or cut <= 0 or len(formula) > limits.max_chars:
@@ -226,7 +268,9 @@ class PrefixChecker:
             if len(self.heads) >= 100_000:
                 self.heads.clear()
             self.heads[formula[:cut]] = head
-        return tokenize(formula, limits.max_tokens, limits.max_chars, head=head, start=cut)
+        tokens = tokenize(formula, limits.max_tokens, limits.max_chars, head=head, start=cut)
+        self._lexed = (formula, tokens)
+        return tokens
 
     def _parses_to_end(self, formula: str) -> bool:
         try:
