@@ -206,3 +206,41 @@ def test_compliance_is_the_r14_channel_gated_on_validity(sim_panels, root):
     plain = Verifier(train, p).score_group(answers[:1])
     assert plain[0].channels["compliance"] == 0.0
     assert "compliance" not in plain[0].metrics
+
+
+def test_idea_is_the_r15_channel_from_the_mechanism_fidelity(sim_panels, root):
+    """R15 = min(fidelity / idea_tau - 1, 0), the fidelity measured by the brief's idea check on the panel the
+    verifier scores on: a reference formula of the brief's mechanism scores 0 (fidelity 1), another
+    mechanism's reference (price-volume correlation) scores below 0; gated, an invalid answer
+    scores -1; without an idea check (or a brief) R15 is 0 and no fidelity is recorded."""
+    from alphagym.briefs.idea import IdeaCheck
+    from alphagym.config import load_params
+    from alphagym.verifier import channels as ch
+    from alphagym.verifier.verifier import Verifier
+
+    cat = load_catalogue()
+    train = sim_panels[0].slice_days(0, 600)
+    p = load_params(root / "params.yaml", ["verifier.jepa_stress.enabled=false"])
+    brief = {"mechanism": "reversal", "horizon": 5, "input_rule": "price_only", "structure": "ranked",
+             "forbidden": "no_powers"}
+    answers = ["<alpha>-ts_sum(returns, 5)</alpha>", "<alpha>ts_corr(close, volume, 10)</alpha>", "no tag at all"]
+    cards = Verifier(train, p).score_group(answers, brief=BriefChecker(brief, cat, 0.5, idea=IdeaCheck(train, cat)))
+    assert [c.valid for c in cards] == [True, True, False]
+    assert cards[0].metrics["idea_fidelity"] == pytest.approx(1.0) and cards[0].channels["idea"] == 0.0
+    off = cards[1].metrics["idea_fidelity"]
+    assert off < cat.idea_tau and cards[1].channels["idea"] == pytest.approx(off / cat.idea_tau - 1)
+    assert cards[1].channels["idea"] < 0
+    assert cards[2].channels["idea"] == -1.0 and "idea_fidelity" not in cards[2].metrics
+    assert ch.idea(None, cat.idea_tau, False, p.verifier.idea.model_copy(update={"gated": False})) == 0.0
+    # the check reads the signal the verifier evaluated (one evaluation), and only when it is of its own panel
+    idea, other = IdeaCheck(train, cat), IdeaCheck(sim_panels[0].slice_days(0, 400), cat)
+    for ic, evaluated in ((idea, 0), (other, 2)):
+        calls: list = []
+        ic.references("reversal")           # evaluated once per check, before the answers
+        ic.signal = lambda ast, s=ic.signal, seen=calls: seen.append(ast) or s(ast)
+        Verifier(train, p).score_group(answers, brief=BriefChecker(brief, cat, 0.5, idea=ic))
+        assert len(calls) == evaluated
+    for scored in (Verifier(train, p).score_group(answers[:2], brief=BriefChecker(brief, cat, 0.5)),
+                   Verifier(train, p).score_group(answers[:2])):
+        assert [c.channels["idea"] for c in scored] == [0.0, 0.0]
+        assert all("idea_fidelity" not in c.metrics for c in scored)

@@ -32,6 +32,27 @@ def test_rank_correlation_is_invariant_to_monotone_transforms_and_sign_is_left_t
     assert mean_rank_corr(a, b, days) == 0.0
 
 
+def test_the_rank_correlation_of_all_days_at_once_is_the_mean_of_each_days():
+    """Against a plain loop over days (scipy's Spearman on each day's jointly finite stocks), with ties, NaN
+    cells, a day with too few stocks and a constant day."""
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(1)
+    a, b = rng.integers(0, 6, size=(60, 25)).astype(float), rng.normal(size=(60, 25))
+    a[rng.random(a.shape) < 0.2] = np.nan
+    b[rng.random(b.shape) < 0.1] = np.inf
+    a[4, 5:] = np.nan                         # 5 stocks left: skipped
+    a[8] = 2.0                                # constant: skipped
+    days = np.arange(0, 60, 2)
+    want = []
+    for t in days:
+        m = np.isfinite(a[t]) & np.isfinite(b[t])
+        if m.sum() >= 10 and np.ptp(a[t, m]) > 0 and np.ptp(b[t, m]) > 0:
+            want.append(spearmanr(a[t, m], b[t, m]).statistic)
+    assert len(want) == len(days) - 2
+    assert mean_rank_corr(a, b, days) == pytest.approx(float(np.mean(want)), abs=1e-12)
+
+
 def test_every_mechanism_has_references_that_pass_its_syntactic_check():
     cat = load_catalogue()
     for m in cat.ids("mechanisms"):

@@ -321,7 +321,7 @@ class HoldoutScore(Section):
 # to it by id (`alphagym.verifier.channels.REGISTRY`, which a test keeps in step with it).
 REWARD_CHANNELS: tuple[str, ...] = (
     "cpcv", "pbo", "jepa_stress", "factor_neutrality", "turnover", "min_turnover", "ic", "novelty_pnl",
-    "novelty_syntax", "motif_guard", "complexity", "format", "crowding", "compliance",
+    "novelty_syntax", "motif_guard", "complexity", "format", "crowding", "compliance", "idea",
 )
 
 Priorities: type[Section] = create_model(
@@ -430,6 +430,11 @@ class Compliance(Section):
                                     "false: its checks count as for a valid one")
 
 
+class Idea(Section):
+    gated: bool = Field(description="R15 of an invalid answer is -1 (it has no signal to track the mechanism "
+                                    "with); false: 0")
+
+
 class Verifier(Section):
     book: Book
     costs: Costs
@@ -450,6 +455,7 @@ class Verifier(Section):
     format: Format
     workers: Annotated[int, Field(ge=1, le=64)] = Field(description="processes scoring a group's answers")
     compliance: Compliance
+    idea: Idea
 
 
 # --- world model ------------------------------------------------------------------------------------------

@@ -13,11 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from alphagym.briefs.catalogue import Catalogue
+from alphagym.briefs.idea import IdeaCheck
 from alphagym.dsl.ast import Call, Field, Node, walk
 from alphagym.dsl.canonical import fields_used
 from alphagym.dsl.registry import OPS
-from alphagym.panel import PRICE_LEVEL_FIELDS
+from alphagym.panel import PRICE_LEVEL_FIELDS, Panel
 
 SMOOTHERS = frozenset({"ts_sum", "ts_mean", "ts_decay_linear", "ts_ema"})
 CHECKS = ("mechanism", "horizon", "input_rule", "structure", "forbidden")
@@ -139,6 +142,18 @@ class BriefChecker:
     catalogue: Catalogue
     tolerance: float
     checks: tuple[str, ...] = CHECKS
+    idea: IdeaCheck | None = None     # mechanism fidelity on the train panel (R15); None: not measured
 
     def check(self, ast: Node) -> Compliance:
         return check(self.brief, ast, self.catalogue, self.tolerance)
+
+    @property
+    def idea_tau(self) -> float:
+        return self.catalogue.idea_tau
+
+    def fidelity(self, ast: Node, signal: np.ndarray | None = None, panel: Panel | None = None) -> float | None:
+        """A valid formula's fidelity to the brief's mechanism (`briefs.idea`), None without an idea check or a
+        mechanism. `signal`: the formula's values on `panel`, read only when that is the idea check's panel."""
+        if self.idea is None or "mechanism" not in self.brief:
+            return None
+        return self.idea.fidelity_of(ast, str(self.brief["mechanism"]), signal if panel is self.idea.panel else None)

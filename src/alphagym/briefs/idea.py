@@ -39,28 +39,29 @@ from alphagym.panel import Panel
 def mean_rank_corr(a: np.ndarray, b: np.ndarray, days: np.ndarray, min_stocks: int = 10) -> float:
     """Mean over `days` of the cross-sectional Spearman correlation of signals a and b (days x stocks), on the
     stocks where both are finite; days with fewer than `min_stocks` such stocks, or a constant cross-section,
-    are skipped; 0.0 when no day is left."""
-    out = []
-    for t in days:
-        m = np.isfinite(a[t]) & np.isfinite(b[t])
-        if m.sum() < min_stocks:
-            continue
-        ra, rb = rankdata(a[t, m]), rankdata(b[t, m])
-        sa, sb = ra.std(), rb.std()
-        if sa == 0 or sb == 0:
-            continue
-        out.append(float(((ra - ra.mean()) * (rb - rb.mean())).mean() / (sa * sb)))
-    return float(np.mean(out)) if out else 0.0
+    are skipped; 0.0 when no day is left. All days at once (the RL trainer measures every answer it scores):
+    ranks by `rankdata` along the stocks, ties averaged, so a day's mean rank is (n + 1) / 2."""
+    a, b = a[days], b[days]
+    both = np.isfinite(a) & np.isfinite(b)
+    n = both.sum(axis=1)
+    centre = ((n + 1) / 2)[:, None]
+    da = np.where(both, rankdata(np.where(both, a, np.nan), axis=1, nan_policy="omit") - centre, 0.0)
+    db = np.where(both, rankdata(np.where(both, b, np.nan), axis=1, nan_policy="omit") - centre, 0.0)
+    m = np.maximum(n, 1)
+    cov, va, vb = (da * db).sum(axis=1) / m, (da * da).sum(axis=1) / m, (db * db).sum(axis=1) / m
+    ok = (n >= min_stocks) & (va > 0) & (vb > 0)
+    return float(np.mean(cov[ok] / np.sqrt(va[ok] * vb[ok]))) if ok.any() else 0.0
 
 
 class IdeaCheck:
     """`fidelity(signal, mechanism)` on one panel; the references' signals are evaluated once each."""
 
     def __init__(self, panel: Panel, catalogue: Catalogue, stride: int = 5, min_stocks: int = 10) -> None:
-        self.catalogue, self.min_stocks = catalogue, min_stocks
+        self.catalogue, self.min_stocks, self.panel = catalogue, min_stocks, panel
         self.evaluator = Evaluator(panel)
         self.days = np.arange(0, panel.shape[0], stride)
         self._refs: dict[str, list[np.ndarray]] = {}
+        self._known: dict[tuple[Node, str], float] = {}     # (formula, mechanism) -> fidelity: RL repeats answers
 
     @property
     def tau(self) -> float:
@@ -78,6 +79,16 @@ class IdeaCheck:
         """max over the mechanism's references of |mean daily rank correlation| (module docstring)."""
         return max((abs(mean_rank_corr(signal, r, self.days, self.min_stocks)) for r in self.references(mechanism)),
                    default=0.0)
+
+    def fidelity_of(self, ast: Node, mechanism: str, signal: np.ndarray | None = None) -> float:
+        """`fidelity` of a parsed formula, from `signal` (its values on this panel) when given; remembered per
+        formula and mechanism."""
+        key = (ast, mechanism)
+        if key not in self._known:
+            if len(self._known) >= 50_000:
+                self._known.clear()
+            self._known[key] = self.fidelity(self.signal(ast) if signal is None else signal, mechanism)
+        return self._known[key]
 
     def on_mechanism(self, signal: np.ndarray, mechanism: str) -> bool:
         return self.fidelity(signal, mechanism) >= self.tau

@@ -52,10 +52,9 @@ def answer_rows(step: int, briefs: Sequence[Mapping[str, Any]], answers: Sequenc
     P&L (None when invalid), in the same order."""
     rows, pnls = [], []
     for b, a in zip(briefs, answers):
-        c = verifier.score_group([a], answer=True, brief=BriefChecker(b, cat, tolerance))[0]
+        c = verifier.score_group([a], answer=True, brief=BriefChecker(b, cat, tolerance, idea=idea))[0]
         pnls.append(c.pnl if c.valid else None)
-        fidelity = idea.fidelity(idea.signal(c.ast), b["mechanism"]) if idea is not None and c.valid \
-            and c.ast is not None else np.nan
+        fidelity = float(c.metrics.get("idea_fidelity", np.nan))
         rows.append({"step": step, "brief": b["id"], "family": b["family"], "answer": a, "formula": c.formula,
                      "canonical": c.canonical, "valid": c.valid, "reason": c.reason,
                      "compliance": float(c.metrics.get("compliance", 0.0)),

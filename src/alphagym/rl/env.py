@@ -19,6 +19,7 @@ import numpy as np
 from alphagym.artifacts import read_json, read_npz
 from alphagym.briefs.catalogue import Catalogue
 from alphagym.briefs.compliance import BriefChecker
+from alphagym.briefs.idea import IdeaCheck
 from alphagym.errors import ArtifactError
 from alphagym.verifier import channels as ch
 from alphagym.verifier.archive import NoveltyArchive, standardise
@@ -89,8 +90,9 @@ class VerifierEnv:
     whole step is scored (so every group of a step sees the same archive)."""
 
     def __init__(self, verifier: Verifier, catalogue: Catalogue, tolerance: float, cache: int = 0,
-                 reward_weights: Mapping[str, float] | None = None) -> None:
+                 reward_weights: Mapping[str, float] | None = None, idea: IdeaCheck | None = None) -> None:
         self.verifier, self.catalogue, self.tolerance = verifier, catalogue, tolerance
+        self.idea = idea                  # R15's mechanism fidelity, on the verifier's (train) panel
         cfg = verifier.cfg
         # the verifier's priorities, with the recipe's reward_weights (a reward rung's change) over them
         self.priorities = {**dict(cfg.priorities), **dict(reward_weights or {})}
@@ -104,7 +106,7 @@ class VerifierEnv:
         self.bets: dict[str, np.ndarray] = {}
 
     def score(self, answers: Sequence[str], brief: Mapping[str, Any]) -> list[Scored]:
-        checker = BriefChecker(brief, self.catalogue, self.tolerance)
+        checker = BriefChecker(brief, self.catalogue, self.tolerance, idea=self.idea)
         cards = self.verifier.score_group(list(answers), answer=True, brief=checker)
         return [Scored(c.valid, dict(c.channels), float(c.channels["cpcv"]), c.canonical,
                        {k: v for k, v in c.metrics.items() if isinstance(v, float)}, c) for c in cards]

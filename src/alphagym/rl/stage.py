@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from alphagym.artifacts import digest
 from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.generate import read_briefs
+from alphagym.briefs.idea import IdeaCheck
 from alphagym.config import to_builtin
 from alphagym.panel import Panel
 from alphagym.params import Params
@@ -58,7 +59,7 @@ def build_trainer(params: Params, deps: dict[str, Path], item: str, work: Path |
     verifier = Verifier(Panel.read_parquet(deps["train"]), params, NoveltyArchive.load(deps["archive"]),
                         stress_worlds=worlds)
     env = VerifierEnv(verifier, cat, params.briefs.horizon_tolerance, cache=recipe.score_cache,
-                      reward_weights=recipe.reward_weights)
+                      reward_weights=recipe.reward_weights, idea=IdeaCheck(verifier.panel, cat))
     briefs = read_briefs(deps["briefs_filtered" if recipe.briefs == "filtered" else "briefs_train"], cat)
     return Trainer(policy, env, briefs, recipe, seed, work, log, context=run_context(params, deps))
 

@@ -31,6 +31,7 @@ from alphagym.params import (
     FactorNeutrality,
     Format,
     Ic,
+    Idea,
     JepaStress,
     MinTurnover,
     MotifGuard,
@@ -248,6 +249,21 @@ def compliance(share: float, valid: bool, cfg: Compliance) -> float:
     return -1.0 if cfg.gated and not valid else float(share) - 1.0
 
 
+def idea(fidelity: float | None, tau: float, valid: bool, cfg: Idea) -> float:
+    """R15: mechanism fidelity: min(fidelity / τ − 1, 0), where fidelity is how closely the answer's train-window
+    signal orders the stocks as one of its brief's mechanism references does (`briefs.idea`: the largest
+    |mean daily rank correlation|) and τ the catalogue's `idea_tau`: 0 on mechanism, −1 for a signal that orders
+    stocks unlike every reference. Gated (`verifier.idea.gated`, on): an invalid answer scores −1. 0 on a formula
+    scored without a brief. It is what a grammar cannot state: the brief decoder keeps the mechanism's operators
+    and fields, not its idea. Priority 0 by default: logged, not rewarded; a rung turns it on with
+    `reward_weights`."""
+    if not valid:
+        return -1.0 if cfg.gated else 0.0
+    if fidelity is None:
+        return 0.0
+    return min(float(fidelity) / tau - 1.0, 0.0)
+
+
 def combined(channels: Mapping[str, float], priorities: Mapping[str, float]) -> float:
     """The priority-weighted sum of the raw channels: TRL's `reward`, what a single-reward run sees (a channel
     without a priority weighs 0)."""
@@ -311,6 +327,7 @@ REGISTRY: tuple[Channel, ...] = (
     Channel("format", format_bonus, "answer"),
     Channel("crowding", crowding, "step"),
     Channel("compliance", compliance, "brief"),
+    Channel("idea", idea, "brief"),
 )
 CHANNELS = tuple(c.id for c in REGISTRY)
 BY_ID = {c.id: c for c in REGISTRY}

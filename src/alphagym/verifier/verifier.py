@@ -89,12 +89,18 @@ def _zero_channels() -> dict[str, float]:
 
 
 class BriefCheck(Protocol):
-    """What the verifier needs of a brief: its check names and a compliance check of a parsed formula
-    (implemented by `alphagym.briefs.BriefChecker`; the verifier does not depend on the catalogue)."""
+    """What the verifier needs of a brief: its check names, a compliance check of a parsed formula and the
+    formula's fidelity to the brief's mechanism, with its threshold (implemented by
+    `alphagym.briefs.BriefChecker`; the verifier does not depend on the catalogue)."""
 
     checks: tuple[str, ...]
 
+    @property
+    def idea_tau(self) -> float: ...
+
     def check(self, ast: Any) -> Any: ...
+
+    def fidelity(self, ast: Any, signal: np.ndarray | None = None, panel: Panel | None = None) -> float | None: ...
 
 
 class Verifier:
@@ -110,6 +116,7 @@ class Verifier:
         rows = None if window == "train" else panel.in_holdout[:-2].copy()
         self.scorer = BookScorer(panel, self.cfg, rows, holdout_costs=window == "holdout")
         self.evaluator = Evaluator(panel)
+        self._keep_signals, self._signals = False, {}        # `score_group`'s signals, for its brief's checks
         self.min_valid = self.scorer.min_valid
         self.fwd = self.scorer.fwd
         self.market = market_forward(self.fwd)
@@ -215,6 +222,8 @@ class Verifier:
             card.nodes = node_count(ast)
             t1 = time.perf_counter()
             signal = self.evaluator.evaluate(ast)
+            if self._keep_signals:
+                self._signals[ast] = signal
         except DslError as exc:
             return self._invalid(card, "invalid_score", str(exc), exc.rule)
         except Exception as exc:  # noqa: BLE001 -- untrusted input must not escape as an untyped error
@@ -286,8 +295,20 @@ class Verifier:
                     brief: BriefCheck | None = None) -> list[ScoreCard]:
         """Score a group of answers to one brief. With `brief` (`alphagym.briefs.BriefChecker`), each card also gets the
         brief-compliance metrics (`compliance`: share of checks passed, `compliant`: all passed,
-        `compliance/<check>`) and the R14 `compliance` channel from them."""
+        `compliance/<check>`) and the R14 `compliance` channel from them; where the brief measures it, a valid
+        answer's `idea_fidelity` and the R15 `idea` channel."""
         workers = self.cfg.workers if workers is None else workers
+        # a brief's mechanism check reads the signals this group evaluates (one evaluation, not two); kept for
+        # this call only (a card from the cache, or from a worker, is evaluated again by the check)
+        self._keep_signals = brief is not None
+        try:
+            return self._score_group(texts, answer, workers, brief)
+        finally:
+            self._keep_signals = False
+            self._signals.clear()
+
+    def _score_group(self, texts: list[str], answer: bool, workers: int, brief: BriefCheck | None
+                     ) -> list[ScoreCard]:
         if workers > 1 and len(texts) > 1:
             # spawn, not fork: numba's OpenMP pool does not survive a fork. Each worker builds its own
             # Verifier once from the same inputs, so its results are identical to the serial path.
@@ -316,6 +337,10 @@ class Verifier:
             for k in brief.checks:
                 c.metrics[f"compliance/{k}"] = float(comp is not None and comp.checks[k])
             c.channels["compliance"] = ch.compliance(share, c.valid, self.cfg.compliance)
+            fidelity = brief.fidelity(ast, self._signals.get(ast), self.panel) if c.valid and ast is not None else None
+            if fidelity is not None:
+                c.metrics["idea_fidelity"] = fidelity
+            c.channels["idea"] = ch.idea(fidelity, brief.idea_tau, c.valid, self.cfg.idea)
 
     def _group_channels(self, cards: list[ScoreCard]) -> None:
         valid = [c for c in cards if c.valid]
