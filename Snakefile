@@ -6,6 +6,16 @@ from alphagym.pipeline import final_targets, stage_rows
 
 configfile: "params.yaml"
 
+# The stages read params.yaml themselves (DVC tracks it, MLflow logs it), so `--config` takes `profile` only:
+# any other key would be dropped without a word and the run would not be the one asked for.
+import yaml
+
+_FILE = yaml.safe_load(open("params.yaml"))
+_IGNORED = sorted(k for k in {*config, *_FILE} if k != "profile" and config.get(k) != _FILE.get(k))
+if _IGNORED:
+    raise ValueError(f"--config/--configfile set {', '.join(_IGNORED)}: this workflow takes only profile=NAME "
+                     "from them; edit params.yaml (or run `dvc exp run -S KEY=VALUE`)")
+
 PARAMS = load_params("params.yaml", [f"profile={config.get('profile', 'default')}"])
 STAGE_ROWS = stage_rows(PARAMS)
 

@@ -226,6 +226,22 @@ def test_a_results_folder_with_a_space_is_quoted_in_every_shell_line(root, tmp_p
     _same_dag(_snakemake_jobs(work), _dvc_stages(work))
 
 
+
+def test_snakemake_refuses_a_config_key_the_stages_would_not_read(root, tmp_path):
+    """The stages read params.yaml, so `--config rl=...` would be dropped without a word (and `--config
+    "rl={...}"` with `--profile` planned the full default run): every key but `profile` is refused, by name;
+    `profile=smoke` still plans."""
+    work = _copy_workflow(root, tmp_path / "w")
+    for extra in (["--config", 'rl={"ladder": ["cispo_repo_idea"]}'], ["--config", "profile=smoke", "seed=3"]):
+        out = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "1", *extra], cwd=work, capture_output=True,
+                             text=True, env=_env())
+        assert out.returncode != 0
+        assert "this workflow takes only profile=NAME" in out.stdout + out.stderr, out.stderr[-500:]
+    assert "--config/--configfile set seed:" in out.stdout + out.stderr
+    ok = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "1", "--config", "profile=smoke"], cwd=work,
+                        capture_output=True, text=True, env=_env())
+    assert ok.returncode == 0, ok.stderr[-500:]
+
 FAMILY_ROWS = '''
 from alphagym.config import load_params
 from alphagym.pipeline import stage_rows
