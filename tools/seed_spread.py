@@ -1,7 +1,8 @@
 """Spread over seed replicas of one probe checkpoint: the noise floor at a fixed step.
 
 The report's seed table compares replicas' shipped checkpoints; this compares them at the same step, which is
-what replicas run shorter than the ladder's rungs can give (the noise floor in docs/results.md, "With seeds at 600 steps").
+what replicas run shorter than the ladder's rungs can give (the noise floor: docs/results.md, "With seeds at
+600 steps").
 
     python tools/seed_spread.py --step 100 \
         cispo_repo=results/probe/tiny/cispo_repo,results/seeds/probe/tiny/cispo_repo-s1,...
