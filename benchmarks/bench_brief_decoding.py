@@ -1,16 +1,19 @@
 """Brief-constrained sampling of one RL batch against the grammar-only sampler, with the tiny SFT policy,
-alternating in one process, one torch thread (a rung's budget at 1:1). Three sides, each writing the
-default recipe's batch (4 filtered briefs x 8 answers, at most 64 new tokens) with the same seed: `grammar`
-(the grammar-only sampler, untraced), `grammar_traced` (the same, recording each draw's refused tokens for
-the restricted log-probabilities, as the RL trainer samples) and `brief` (each brief's contract, traced, as
-the RL trainer samples under `policy.decoding: brief`). Each round takes the next 4 briefs, its own seed and
+alternating in one process, one torch thread (a rung's budget at 1:1). Three sides, each writing the default
+recipe's batch (4 filtered briefs x 8 answers, at most 64 new tokens) with the same seed: `grammar` (the
+grammar-only sampler, untraced), `grammar_traced` (the same, recording each draw's refused tokens for the
+restricted log-probabilities, as the RL trainer samples) and `brief` (each brief's contract, traced, as the
+RL trainer samples under `policy.decoding: brief`). Each round takes the next 4 briefs, its own seed and
 fresh checkers (a rung meets new texts at every step). Reported: medians and p90 of the seconds a batch, the
 per-round ratios brief / grammar and brief / grammar_traced, and the share of valid answers that pass every
 hard check of their brief on each side (train-window validity is not scored here: a parseable formula
-counts). Needs the pipeline's SFT policy and filtered briefs (`make run` up to `filter`; `--briefs` names
-another brief file, e.g. the training briefs).
+counts), the watch searches a batch and `growth_max` (`policy.grammar`: the most one written token grew a
+row's completion between two searches of it). `--dense-watch` searches a watched row at every token (no
+spacing), which is how the growth bound `grammar.GROWTH` is observed; its timings are not the decoder's. Needs
+the pipeline's SFT policy and filtered briefs (`make run` up to `filter`; `--briefs` names another brief
+file, e.g. the training briefs).
 
-    python benchmarks/bench_brief_decoding.py --rounds 12 [--results DIR] [--briefs FILE]
+    python benchmarks/bench_brief_decoding.py --rounds 12 [--results DIR] [--briefs FILE] [--dense-watch]
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from alphagym.config import load_params  # noqa: E402
 from alphagym.dsl.errors import DslError  # noqa: E402
 from alphagym.dsl.parser import parse  # noqa: E402
 from alphagym.dsl.prefix import PrefixChecker  # noqa: E402
+from alphagym.policy import grammar  # noqa: E402
 from alphagym.policy.model import load_policy, set_decoding  # noqa: E402
 from common import ROOT
 
@@ -53,7 +57,11 @@ def main() -> int:
     ap.add_argument("--results", type=Path, default=None, help="a results folder (default: params' paths.results)")
     ap.add_argument("--briefs", type=Path, default=None,
                     help="a brief file (default: the filter stage's kept briefs in the results folder)")
+    ap.add_argument("--dense-watch", action="store_true",
+                    help="search a watched row at every token, to observe the completion's growth per token")
     args = ap.parse_args()
+    if args.dense_watch:
+        grammar.GROWTH = 10**6        # a watch's spacing is slack // (growth + 1): 1
     torch.set_num_threads(1)
     params = load_params(ROOT / "params.yaml")
     results = args.results or ROOT / params.paths.results
@@ -69,15 +77,20 @@ def main() -> int:
     policy.generate(briefs[:k], n=n, seed=0, trace=True)                  # warm-up
     times: dict[str, list[float]] = {s: [] for s in SIDES}
     kept: dict[str, list[bool]] = {s: [] for s in SIDES}
+    searches: dict[str, list[float]] = {s: [] for s in SIDES}
+    growth = dict.fromkeys(SIDES, 0.0)
     for r in range(args.rounds):
         batch = [briefs[(r * k + i) % len(briefs)] for i in range(k)]
         order = list(SIDES) if r % 2 == 0 else list(reversed(SIDES))
         for side in order:
             decoding, trace = SIDES[side]
             set_decoding(policy, decoding, params.dsl.limits, tol)
+            policy.decode_stats.clear()
             t0 = time.perf_counter()
             out = policy.generate(batch, n=n, temperature=1.0, seed=100 + r, trace=trace)
             times[side].append(time.perf_counter() - t0)
+            searches[side].append(policy.decode_stats.get("watch_searches", 0))
+            growth[side] = max(growth[side], policy.decode_stats.get("growth_max", 0.0))
             for text, answers in zip(batch, out):
                 fields = read_text(cat, text)
                 kept[side] += [c for c in (compliant(a, fields, cat, tol) for a in answers) if c is not None]
@@ -86,6 +99,8 @@ def main() -> int:
         print(f"brief_decoding_{s}_median={np.median(times[s]):.3f}")
         print(f"brief_decoding_{s}_p90={np.percentile(times[s], 90):.3f}")
         print(f"brief_decoding_{s}_compliant_share={np.mean(kept[s]):.3f}  ({len(kept[s])} parseable answers)")
+        print(f"brief_decoding_{s}_watch_searches_median={np.median(searches[s]):.0f}")
+        print(f"brief_decoding_{s}_growth_max={growth[s]:.2f}")
     for ref in ("grammar", "grammar_traced"):
         ratio = [a / b for a, b in zip(times["brief"], times[ref], strict=True)]
         print(f"brief_decoding_over_{ref}_median={np.median(ratio):.2f}")

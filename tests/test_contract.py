@@ -219,6 +219,31 @@ def _tiny(max_new_tokens: int, texts: list[str]):
     return build_policy("tiny", policy_cfg(cfg), [*texts, *formulas], seed=0)
 
 
+def test_the_watch_spacing_under_briefs_writes_what_a_search_at_every_token_writes(cat, monkeypatch):
+    """A row lacking a requirement of its brief is watched from a quarter of the budget on, spaced by the
+    completion's growth bound (`grammar.GROWTH`) like any other row: an untrained policy, which rambles into
+    the watch on most answers, writes the same answers under briefs of different contracts as with a search
+    at every token, with fewer searches."""
+    import alphagym.policy.grammar as grammar
+
+    train, _, _ = generate(cat, Briefs(train=24, holdout=8, holdout_family_share=0.15, horizon_tolerance=TOL), 5)
+    texts = [b["text"] for b in train]
+    pol = _tiny(96, texts)
+    set_decoding(pol, "brief", load_params().dsl.limits, TOL)
+    spaced = pol.generate(texts, n=4, temperature=1.0, seed=1)
+    stats_spaced, bound = dict(pol.decode_stats), grammar.GROWTH
+    pol.decode_stats.clear()
+    monkeypatch.setattr(grammar, "GROWTH", 10**6)            # slack // 10**6 = 0: a search at every token
+    monkeypatch.setattr(grammar.GrammarSampler, "_still_completes", lambda self, b, text: None)
+    every = pol.generate(texts, n=4, temperature=1.0, seed=1)
+    assert spaced == every
+    searches = stats_spaced.pop("watch_searches"), pol.decode_stats.pop("watch_searches")
+    growth = stats_spaced.pop("growth_max"), pol.decode_stats.pop("growth_max")
+    assert stats_spaced == pol.decode_stats and stats_spaced["forced"] >= 8
+    assert searches[1] > 2 * searches[0] > 0, (searches, growth)
+    assert 0 < growth[1] <= bound, growth                    # the bound held at every token
+
+
 def test_brief_decoding_keeps_each_rows_own_brief_and_leaves_free_text_to_the_grammar(cat):
     """Sampled answers (an untrained policy, so the contract does all the steering): every answer that ends
     valid passes every hard check of its own brief, with briefs of different contracts side by side in a

@@ -21,13 +21,14 @@ written token by token, then the end token; from half the budget on, an answer w
 need nearly all the tokens left (deep nesting) is finished at once. This touches only answers already
 longer than nearly every training formula; `forced` counts them. That watch does not search at every
 token: a search costs 2-7 ms, and on the tiny SFT policy it found the completion fitting with about 20
-tokens to spare on average (1,215 searches over 320 answers; it forced 2). A token written grew the
-completion by at most 6 tokens (observed over 1,688 consecutive searches), so after a search that leaves
-`slack` tokens the next one comes `slack // (GROWTH + 1)` tokens later (at least 1), before the slack can
-have run out; `watch_searches` counts the searches. Under a brief's checker one token can make the
-completion need a whole witness: while an answer lacks a requirement (`PrefixChecker.lacks`) its brief's
-longest witness's tokens are added to GROWTH and it is watched from a quarter of the budget on; once every
-requirement is met (they stay met: a brief's counts only grow) it is watched as under the grammar. No
+tokens to spare on average (1,215 searches over 320 answers; it forced 2). The completion grew by at most
+10 tokens per token written, under the grammar as under a brief's checker (whose
+completion may bring a witness, ` + W`, for what the answer still lacks), over the default batch's rounds
+with a watch at every token (`python benchmarks/bench_brief_decoding.py --rounds 12 --dense-watch` prints
+this `growth_max`: the most a row's completion grew, per token written, between two searches of it). So
+after a search that leaves `slack` tokens the next one comes `slack // (GROWTH + 1)` tokens later (at least
+1), before the slack can have run out; `watch_searches` counts the searches. A row lacking a requirement of
+its brief (`PrefixChecker.lacks`) is watched from a quarter of the budget on, any other from half. No
 search is needed while the completion found last still finishes the answer (as it stands, or less what the
 model wrote of it) with slack to spare: its length bounds the shortest one's (`_still_completes`, one state
 check). A search that finds nothing has run its whole budget (about 0.2 s): after each such miss in a row
@@ -45,7 +46,7 @@ from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from alphagym.dsl.prefix import PrefixChecker
 
-GROWTH = 6          # the most tokens one written token has added to an answer's completion (module docstring)
+GROWTH = 10         # the most tokens one written token has added to an answer's completion (module docstring)
 # a traced draw judges the likeliest tokens until this share of the model's mass is judged, at most
 # TRACE_MAX of them (`GrammarSampler.refused`): the mass left unjudged bounds the error of the
 # renormalising constant the RL loss divides by (docs/rl.md, "Log-probabilities under constrained decoding")
@@ -63,13 +64,13 @@ class Trace:
     refused: tuple[tuple[int, ...] | None, ...]
 
 
-def rejected_share(stats: dict[str, int]) -> float:
+def rejected_share(stats: dict[str, float]) -> float:
     """Candidates refused per token drawn (a sampler's or `Policy.decode_stats`' counts); can exceed 1,
     since several may be refused before one is kept."""
     return stats.get("rejections", 0) / max(1, stats.get("draws", 0))
 
 
-def steered_share(stats: dict[str, int]) -> float:
+def steered_share(stats: dict[str, float]) -> float:
     """Share of tokens drawn whose first candidate was refused (at most 1). Unlike `rejected_share`, a few
     dead ends, each up to `scan` refusals, cannot dominate it."""
     return stats.get("steered", 0) / max(1, stats.get("draws", 0))
@@ -106,13 +107,13 @@ class GrammarSampler:
         self.watch_from = max_new_tokens // 2 if max_new_tokens else 1 << 30
         # a brief's checker may need a whole witness to finish an answer: its rows are watched from a quarter
         self.watch_early = max_new_tokens // 4 if max_new_tokens else 1 << 30
-        self.extra: dict[int, int] = {}             # id(checker) -> the token length of its longest repair
         self.forced: dict[int, list[int]] = {}       # batch row -> the completion's tokens still to write
         self.watch_at: dict[int, int] = {}           # batch row -> the answer length of its next watch search
         self.last: dict[int, tuple[str, str]] = {}   # batch row -> (its text, the completion last found for it)
         self.missed: dict[int, int] = {}             # batch row -> its watch searches in a row that found nothing
+        self.searched: dict[int, tuple[int, int]] = {}  # batch row -> (answer length, completion length) found last
         self.stats = {"draws": 0, "steered": 0, "rejections": 0, "dead_ends": 0, "forced": 0,
-                      "watch_searches": 0}
+                      "watch_searches": 0, "growth_max": 0.0}
         # token -> its own text when appending it is exact (ASCII, not an added token), else None; None
         # for the whole map when the tokenizer does not concatenate
         self.pieces: dict[int, str | None] | None = {} if concatenates(tokenizer) else None
@@ -134,18 +135,6 @@ class GrammarSampler:
     def checker_of(self, b: int) -> PrefixChecker:
         """The checker of batch row `b`."""
         return self.checker if self.rows is None else self.rows[b]
-
-    def _extra(self, b: int, text: str) -> int:
-        """How many tokens more than GROWTH one written token may add to row `b`'s completion: its checker's
-        longest repair (a brief's witness), in this tokenizer's tokens, while the answer `text` still lacks
-        what only a repair supplies (`PrefixChecker.lacks`); else 0, as for the grammar's checker."""
-        ck = self.checker_of(b)
-        if not ck.lacks(text):
-            return 0
-        if id(ck) not in self.extra:
-            self.extra[id(ck)] = max((len(self.tokenizer(p, add_special_tokens=False)["input_ids"])
-                                      for p in ck.repair_pieces()), default=0)
-        return self.extra[id(ck)]
 
     def _ok(self, row: list[int], tok: int, base: str | None = None, b: int = 0) -> bool:
         """Whether `tok` keeps row `b`'s answer viable; `base` is the row's text, when the caller has it."""
@@ -184,9 +173,15 @@ class GrammarSampler:
         """The tokens of row `b`'s shortest completion, then the end token; None when there is none."""
         text, checker = self._text(row), self.checker_of(b)
         suffix = checker.completion(text) if checker.state(text) == "open" else None
-        if suffix is not None:
-            self.last[b] = (text, suffix)
-        return None if suffix is None else [*self.tokenizer(suffix, add_special_tokens=False)["input_ids"], self.eos]
+        if suffix is None:
+            return None
+        self.last[b] = (text, suffix)
+        queue = [*self.tokenizer(suffix, add_special_tokens=False)["input_ids"], self.eos]
+        if b in self.searched and len(row) > self.searched[b][0]:
+            grew = (len(queue) - self.searched[b][1]) / (len(row) - self.searched[b][0])
+            self.stats["growth_max"] = max(self.stats["growth_max"], grew)
+        self.searched[b] = (len(row), len(queue))
+        return queue
 
     def _still_completes(self, b: int, text: str) -> int | None:
         """The token count (with the end token) of row `b`'s last found completion, when it still finishes the
@@ -214,17 +209,16 @@ class GrammarSampler:
             self._start_forcing(b, row)
         elif b not in self.forced and len(row) >= max(self.watch_early, self.watch_at.get(b, 0)):
             text = self._text(row)
-            extra = self._extra(b, text)
-            if len(row) >= self.watch_from or extra:
-                self._watch(b, row, text, extra)
+            if len(row) >= self.watch_from or self.checker_of(b).lacks(text):
+                self._watch(b, row, text)
         queue = self.forced.get(b)
         if queue and self._ok(row, queue[0], b=b):
             return queue.pop(0)
         return None
 
-    def _watch(self, b: int, row: list[int], text: str, extra: int) -> None:
+    def _watch(self, b: int, row: list[int], text: str) -> None:
         """A watch of row `b` (module docstring): force its completion once it may no longer fit, and set when
-        the next watch comes. `extra`: `_extra(b, text)`."""
+        the next watch comes."""
         known = self._still_completes(b, text)
         # a known completion's length bounds the shortest one's: no search while that still fits
         slack = None if known is None else self.max_new_tokens - len(row) - known - 2
@@ -238,7 +232,7 @@ class GrammarSampler:
                 self._start_forcing(b, row, queue)
         # a search that found nothing ran its whole budget: the next waits twice as long after each miss
         self.missed[b] = 0 if found else self.missed.get(b, 0) + 1
-        step = max(1, slack // (GROWTH + extra + 1))
+        step = max(1, slack // (GROWTH + 1))
         self.watch_at[b] = len(row) + (step if found else step << min(self.missed[b], 4))
 
     def pick(self, b: int, row: list[int], keys: torch.Tensor, logits: torch.Tensor | None = None) -> int:

@@ -51,7 +51,7 @@ class Policy(Sampling, Scoring):
     micro_batch: int = 16
     grammar: PrefixChecker | None = None       # set: grammar-constrained decoding (`set_decoding`)
     contracts: BriefContracts | None = None    # set: each catalogue brief's contract too (`decoding: brief`)
-    decode_stats: dict[str, int] = field(default_factory=dict)   # the grammar sampler's draws, rejections
+    decode_stats: dict[str, float] = field(default_factory=dict)   # the grammar sampler's draws, rejections
     last_traces: list[list[Trace | None]] = field(default_factory=list, repr=False)   # `generate(trace=True)`
     base_model: str = ""                       # `hf`: the base's folder, written into every save of the policy
     # run a repeated prompt once (`_prefill`, `_grouped_logits`); off: the reference the benchmarks time

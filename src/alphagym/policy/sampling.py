@@ -59,8 +59,9 @@ class Sampling:
                           self.max_new_tokens, self.tokenizer.eos_token_id, temperature, noise, sampler,
                           stepper=self.stepper)
             if sampler is not None:
-                for k, v in sampler.stats.items():
-                    self.decode_stats[k] = self.decode_stats.get(k, 0) + v
+                for k, v in sampler.stats.items():     # counts add up; a `_max` is the most of any micro-batch
+                    old = self.decode_stats.get(k, 0)
+                    self.decode_stats[k] = max(old, v) if k.endswith("_max") else old + v
             out += self.tokenizer.batch_decode(rows, skip_special_tokens=True)
             traces += [sampler.trace(b, row) if sampler is not None and trace else None for b, row in enumerate(rows)]
         self.last_traces = [traces[k * n:(k + 1) * n] for k in range(len(briefs))]
