@@ -244,3 +244,34 @@ def test_idea_is_the_r15_channel_from_the_mechanism_fidelity(sim_panels, root):
                    Verifier(train, p).score_group(answers[:2])):
         assert [c.channels["idea"] for c in scored] == [0.0, 0.0]
         assert all("idea_fidelity" not in c.metrics for c in scored)
+
+
+def test_the_sft_evaluation_reads_the_fidelity_the_verifier_measured(sim_panels, root):
+    """`policy.evaluate.evaluate_policy` (the SFT stage's evaluation) takes each valid answer's
+    `idea_fidelity` from its card, measured on the signal the verifier scored: no second evaluation, the same
+    number as the idea check's own, NaN for an invalid answer, and `compliance_idea` from them."""
+
+    from alphagym.briefs.idea import IdeaCheck
+    from alphagym.config import load_params
+    from alphagym.policy.evaluate import evaluate_policy
+    from alphagym.verifier.verifier import Verifier
+
+    class Fixed:                                  # a policy that answers every brief with the same three texts
+        def generate(self, texts, n, temperature, seed, progress=None):
+            return [["<alpha>-ts_sum(returns, 5)</alpha>", "<alpha>ts_corr(close, volume, 10)</alpha>", "no tag"]
+                    for _ in texts]
+
+    cat = load_catalogue()
+    train = sim_panels[0].slice_days(0, 600)
+    p = load_params(root / "params.yaml", ["verifier.jepa_stress.enabled=false"])
+    brief = {"id": "b1", "text": "t", "mechanism": "reversal", "horizon": 5, "input_rule": "price_only",
+             "structure": "ranked", "forbidden": "no_powers"}
+    idea = IdeaCheck(train, cat)
+    expected = [idea.fidelity(idea.signal(parse(f, p.dsl.limits)), "reversal")
+                for f in ("-ts_sum(returns, 5)", "ts_corr(close, volume, 10)")]
+    calls: list = []
+    idea.signal = lambda ast, s=idea.signal: calls.append(ast) or s(ast)
+    stats, rows = evaluate_policy(Fixed(), [brief], Verifier(train, p), cat, 0.5, 3, 1.0, 0, idea=idea)
+    assert calls == []                            # the verifier's signals, not the check's own
+    assert [r["idea_fidelity"] for r in rows[:2]] == pytest.approx(expected) and np.isnan(rows[2]["idea_fidelity"])
+    assert stats["compliance_idea"] == pytest.approx(np.mean([f >= cat.idea_tau for f in expected]))

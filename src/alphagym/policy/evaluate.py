@@ -37,11 +37,11 @@ def evaluate_policy(policy: Policy, briefs: Sequence[Mapping[str, Any]], verifie
     `desc` names the progress bar over the generation's micro-batches. With `idea` (on the verifier's train
     panel): each valid answer's `idea_fidelity` to its brief's mechanism (`briefs.idea`) and, in the stats,
     `compliance_idea`, the share of valid answers whose fidelity reaches the catalogue's `idea_tau`."""
-    groups = scored_answers(policy, briefs, verifier, cat, tolerance, n, temperature, seed, desc)
+    groups = scored_answers(policy, briefs, verifier, cat, tolerance, n, temperature, seed, desc, idea)
     rows = [{"brief": b["id"], "answer": c.text, "valid": c.valid, "canonical": c.canonical, "cpcv": c.channels["cpcv"],
              "compliance": c.metrics.get("compliance", 0.0), "reason": c.reason,
-             **({"idea_fidelity": idea.fidelity(idea.signal(c.ast), b["mechanism"])
-                 if c.valid and c.ast is not None else float("nan")} if idea is not None else {})}
+             # measured by the verifier on the signal it scored (`BriefChecker(idea=...)`), as in RL and the probe
+             **({"idea_fidelity": c.metrics.get("idea_fidelity", float("nan"))} if idea is not None else {})}
             for b, g in zip(briefs, groups) for c in g]
     stats = answer_stats(groups)
     if idea is not None:
@@ -51,13 +51,15 @@ def evaluate_policy(policy: Policy, briefs: Sequence[Mapping[str, Any]], verifie
 
 
 def scored_answers(policy: Policy, briefs: Sequence[Mapping[str, Any]], verifier: Verifier, cat: Catalogue,
-                   tolerance: float, n: int, temperature: float, seed: int, desc: str) -> list[list[Any]]:
-    """`n` answers per brief, each brief's scored as a group with its compliance: one list of cards a brief."""
+                   tolerance: float, n: int, temperature: float, seed: int, desc: str,
+                   idea: IdeaCheck | None = None) -> list[list[Any]]:
+    """`n` answers per brief, each brief's scored as a group with its compliance (and, with `idea`, each valid
+    answer's `idea_fidelity`): one list of cards a brief."""
     from tqdm.auto import tqdm
 
     answers = policy.generate([b["text"] for b in briefs], n=n, temperature=temperature, seed=seed,
                               progress=lambda it: tqdm(it, desc=desc, unit="batch", mininterval=2))
-    return [verifier.score_group(a, answer=True, brief=BriefChecker(b, cat, tolerance))
+    return [verifier.score_group(a, answer=True, brief=BriefChecker(b, cat, tolerance, idea=idea))
             for b, a in tqdm(list(zip(briefs, answers)), desc=f"{desc}: score", unit="brief", mininterval=2)]
 
 

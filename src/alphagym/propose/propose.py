@@ -141,16 +141,15 @@ def load_proposer(params: Params, shipped: Path, sft_folder: Path, checkpoint: P
     return set_decoding(policy, params.policy.decoding, params.dsl.limits, tol), str(folder)
 
 
-def _card_row(card: Any, count: int, idea: IdeaCheck | None, mechanism: str | None) -> dict[str, Any]:
+def _card_row(card: Any, count: int, tau: float) -> dict[str, Any]:
     m = card.metrics
     checks = {c: bool(m[f"compliance/{c}"]) for c in CHECKS if f"compliance/{c}" in m}
     row = {"formula": card.formula, "canonical": card.canonical, "count": count,
            "train_cpcv": card.channels["cpcv"], "train_sharpe_net": m.get("sharpe_net"),
            "turnover": m.get("turnover"), "beta": m.get("beta"), "ic": m.get("ic"),
            "compliant": bool(m["compliant"]) if "compliant" in m else None, "checks": checks}
-    if idea is not None and mechanism is not None and card.ast is not None:
-        fidelity = idea.fidelity(idea.signal(card.ast), mechanism)
-        row.update(idea_fidelity=fidelity, on_mechanism=fidelity >= idea.tau)
+    if "idea_fidelity" in m:          # measured by the verifier on the signal it scored (a brief's mechanism)
+        row.update(idea_fidelity=m["idea_fidelity"], on_mechanism=m["idea_fidelity"] >= tau)
     return row
 
 
@@ -177,7 +176,8 @@ def propose(params: Params, policy: Policy, briefs: Sequence[Mapping[str, Any]],
     idea = IdeaCheck(verifier.panel, cat)      # mechanism fidelity on the train panel the verifier scores on
     for b, answers in zip(briefs, groups, strict=True):
         kept = policy.contracts is not None and policy.contracts.reads(b["text"])
-        checker = BriefChecker({f: b[f] for f in FIELDS}, cat, tol) if all(f in b for f in CHECKED) else None
+        checker = BriefChecker({f: b[f] for f in FIELDS}, cat, tol, idea=idea) if all(f in b for f in CHECKED) \
+            else None
         cards = verifier.score_group(list(answers), answer=True, brief=checker)
         counts: dict[str, int] = {}
         best: dict[str, Any] = {}
@@ -191,7 +191,7 @@ def propose(params: Params, policy: Policy, briefs: Sequence[Mapping[str, Any]],
             "brief": b["text"], "fields": {f: b[f] for f in FIELDS if f in b} or None,
             "constrained": "brief" if kept else ("grammar" if policy.grammar is not None else "free"),
             "answers": len(cards), "valid": sum(c.valid for c in cards), "distinct": len(best),
-            "proposals": [_card_row(c, counts[c.canonical], idea, b.get("mechanism")) for c in ranked]}
+            "proposals": [_card_row(c, counts[c.canonical], cat.idea_tau) for c in ranked]}
         invalid = [c for c in cards if not c.valid]
         if invalid:          # why answers were dropped, so that "0 of 16 valid" is never left unexplained
             entry["invalid"] = dict(Counter(c.error_type or "invalid" for c in invalid).most_common())
