@@ -26,6 +26,7 @@ stage: a folder whose stage's lock is free has no living owner.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib
 import os
 import shutil
@@ -37,7 +38,7 @@ from typing import Any
 from alphagym.artifacts import check_readable
 from alphagym.config import ParamsView, get, results_dir
 from alphagym.errors import ArtifactError, ConfigError, DataError, StageBusyError, WriteError
-from alphagym.pipeline import RUNGS, Stage, stage_table
+from alphagym.pipeline import RUNGS, Stage, split_replica, stage_table
 from alphagym.runtime import configure_runtime
 from alphagym.tracking import stage_run
 
@@ -50,8 +51,26 @@ def resolve(func: str) -> Any:
 def find_stage(params: Mapping[str, Any], key: str, rows: list[Stage] | None = None) -> tuple[Stage, dict]:
     table = stage_table(params, rows)
     if key not in table:
-        raise ConfigError(f"no stage {key!r} in the stage table (known: {sorted(table)})")
+        raise ConfigError(unknown_stage(params, key, table))
     return table[key], table
+
+
+def unknown_stage(params: Mapping[str, Any], key: str, table: Mapping[str, Stage]) -> str:
+    """Why `key` is no stage of the table, in one line: a rung that is defined but not on the ladder says so;
+    otherwise the closest names, then the known ones."""
+    family, _, item = key.partition("@")
+    assert RUNGS.blocks is not None
+    try:
+        rungs, ladder = get(params, RUNGS.blocks) or {}, list(get(params, RUNGS.key) or [])
+    except ConfigError:                   # a table without the ladder (a test's own rows)
+        rungs, ladder = {}, []
+    rung = split_replica(item)[0] if item else ""
+    if family in {s.name for s in table.values() if s.family == RUNGS} and rung in rungs and rung not in ladder:
+        return (f"rung {rung!r} is defined in {RUNGS.blocks} but not on the ladder {RUNGS.key} = {ladder}: add it "
+                f"there (params.yaml or a profile) to run it")
+    close = difflib.get_close_matches(key, list(table), n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return f"no stage {key!r} in the stage table{hint} (known: {sorted(table)})"
 
 
 def run_stage(params: Mapping[str, Any], key: str, rows: list[Stage] | None = None,
