@@ -70,7 +70,7 @@ def test_build_corpus_keeps_valid_pairs_only(sim_panels, root):
     cat = load_catalogue()
     train = set(families(cat)) - set(holdout_families(cat, 0.15, 7))
     df, counts = build_corpus(lambda f: v.score(f), cat, train,
-                              Corpus(candidates=120, alpha101_share=0.3, one_horizon=False), 0.5,
+                              Corpus(candidates=120, alpha101_share=0.3, one_horizon=False, mechanism_by="form"), 0.5,
                               Limits(), (5, 21, 63, 126, 252), 7)
     assert counts["pairs"] == len(df) > 20
     assert counts["candidates"] == sum(counts[k] for k in ("parse_errors", "invalid", "no_brief", "pairs"))
@@ -78,6 +78,48 @@ def test_build_corpus_keeps_valid_pairs_only(sim_panels, root):
     assert (df["answer"] == "<alpha>" + df["formula"] + "</alpha>").all()
     assert df["cpcv"].notna().all() and {"brief", "canonical", "channel_cpcv"} <= set(df.columns)
 
+
+
+def test_mechanism_by_idea_names_a_mechanism_the_formula_follows_where_it_follows_one(sim_panels, root):
+    """`sft.corpus.mechanism_by: idea`: a pair's mechanism is one whose idea its formula follows (fidelity at
+    least idea_tau) whenever a training family's mechanism the formula passes is followed; else one drawn by
+    form as before. Each pair records its fidelity; `on_mechanism` counts the followed ones, more than a
+    corpus drawn by form has (measured with the same idea check); a missing idea check is refused."""
+    import pytest
+
+    from alphagym.briefs.compliance import check_spec
+    from alphagym.briefs.idea import IdeaCheck
+    from alphagym.config import load_params
+    from alphagym.errors import ConfigError
+    from alphagym.verifier.verifier import Verifier
+
+    p = load_params(root / "params.yaml", ["verifier.jepa_stress.enabled=false"])
+    panel = sim_panels[0].slice_days(0, 700)
+    v, cat = Verifier(panel, p), load_catalogue()
+    idea = IdeaCheck(panel, cat)
+    train = set(families(cat)) - set(holdout_families(cat, 0.15, 7))
+    args = (cat, train, Corpus(candidates=150, alpha101_share=0.0, one_horizon=False, mechanism_by="idea"), 0.5,
+            Limits(), (5, 21, 63, 126, 252), 7)
+    df, counts = build_corpus(lambda f: v.score(f), *args, idea=idea)
+    form, _ = build_corpus(lambda f: v.score(f), cat, train, args[2].model_copy(update={"mechanism_by": "form"}),
+                           *args[3:])
+    assert counts["on_mechanism"] == int((df["idea_fidelity"] >= idea.tau).sum()) > 0
+    followed = 0
+    for formula, mech, fid in zip(df["formula"], df["brief_mechanism"], df["idea_fidelity"], strict=True):
+        ast = parse(formula)
+        sig = idea.signal(ast)
+        assert fid == pytest.approx(idea.fidelity(sig, mech))
+        could = [m for m in cat.ids("mechanisms") if check_spec(cat.spec("mechanisms", m), ast) is None
+                 and any(f"{m}|{s}" in train and check_spec(cat.spec("structures", s), ast) is None
+                         for s in cat.ids("structures"))
+                 and idea.fidelity(sig, m) >= idea.tau]
+        assert (fid >= idea.tau) or not could, (formula, mech, could)
+        followed += fid >= idea.tau
+    on_form = sum(idea.fidelity(idea.signal(parse(f)), m) >= idea.tau
+                  for f, m in zip(form["formula"], form["brief_mechanism"], strict=True))
+    assert followed > on_form, (followed, on_form)
+    with pytest.raises(ConfigError, match="mechanism_by: idea"):
+        build_corpus(lambda f: v.score(f), *args)
 
 def test_filter_keeps_partly_solved_briefs_or_the_closest_to_break_even():
     import pandas as pd

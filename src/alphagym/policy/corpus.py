@@ -8,12 +8,19 @@ integer windows). The verifier scores each on the train window; each valid one g
 satisfies: for every brief field, the catalogue options the compliance checker passes on this formula, one
 drawn at random (the mechanism and structure pair only from the training families). A formula no training
 family fits is dropped. Every pair is re-checked before it is kept.
+
+The mechanism checks are loose (`ts_mean(close, d)` passes both `reversal` and `trend_persistence`), so a
+pair drawn by form alone often names a mechanism whose idea the formula does not follow, and the policy
+learns that a brief's mechanism says little. `mechanism_by: idea` draws the mechanism among those the
+formula also follows, where there is one: its signal's fidelity to the mechanism's reference signals
+reaches the catalogue's `idea_tau` (`briefs.idea`, measured on the train panel); a formula that follows
+none keeps a mechanism drawn by form.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -22,12 +29,14 @@ import pandas as pd
 from alphagym.briefs.catalogue import Catalogue
 from alphagym.briefs.compliance import check, check_spec, horizon_reason
 from alphagym.briefs.generate import contradicts, render
+from alphagym.briefs.idea import IdeaCheck
 from alphagym.dsl.alpha101 import alpha101
 from alphagym.dsl.canonical import canonical
 from alphagym.dsl.errors import DslError
 from alphagym.dsl.parser import Limits, parse
 from alphagym.dsl.printer import plain
 from alphagym.dsl.registry import ts_transforms
+from alphagym.errors import ConfigError
 from alphagym.panel import DSL_FIELDS
 from alphagym.params import Corpus
 
@@ -123,14 +132,20 @@ def candidates(n: int, seed: int, horizons: tuple[int, ...], alpha_share: float,
 
 
 def assign_brief(ast: Any, cat: Catalogue, train_families: set[str], tolerance: float,
-                 rng: np.random.Generator) -> dict[str, Any] | None:
-    """A brief (field ids) this formula satisfies, drawn from the passing options; None if none fits."""
+                 rng: np.random.Generator, follows: Callable[[Iterable[str]], set[str]] | None = None
+                 ) -> dict[str, Any] | None:
+    """A brief (field ids) this formula satisfies, drawn from the passing options; None if none fits.
+    `follows`: of the mechanisms whose check the formula passes, those whose idea it follows; the mechanism
+    is then drawn among those where one pairs with a training family (module docstring)."""
     passing = {part: [k for k in cat.ids(part) if check_spec(cat.spec(part, k), ast) is None]
                for part in ("mechanisms", "structures", "input_rules", "forbidden")}
     horizons = [h for h in cat.horizons if horizon_reason(ast, h, tolerance) is None]
     pairs = [(m, s) for m in passing["mechanisms"] for s in passing["structures"] if f"{m}|{s}" in train_families]
     if not pairs or not horizons or not passing["input_rules"] or not passing["forbidden"]:
         return None
+    if follows is not None:
+        on = follows(dict.fromkeys(m for m, _ in pairs))
+        pairs = [(m, s) for m, s in pairs if m in on] or pairs
     for _ in range(20):
         m, s = pairs[int(rng.integers(len(pairs)))]
         b = {"mechanism": m, "horizon": int(horizons[int(rng.integers(len(horizons)))]), "structure": s,
@@ -144,8 +159,13 @@ def assign_brief(ast: Any, cat: Catalogue, train_families: set[str], tolerance: 
 
 def build_corpus(score: Callable[[str], Any], cat: Catalogue, train_families: set[str], cfg: Corpus,
                  tolerance: float, limits: Limits, buckets: tuple[int, ...], seed: int,
-                 progress: Callable[[Any], Any] = lambda x: x) -> tuple[pd.DataFrame, dict[str, int]]:
-    """Score candidates with `score` (text -> ScoreCard), keep the valid ones that a training brief fits."""
+                 progress: Callable[[Any], Any] = lambda x: x, idea: IdeaCheck | None = None
+                 ) -> tuple[pd.DataFrame, dict[str, int]]:
+    """Score candidates with `score` (text -> ScoreCard), keep the valid ones that a training brief fits.
+    `idea` (on the train panel) is needed with `cfg.mechanism_by == "idea"`; each pair then records its
+    mechanism's `idea_fidelity`, and the counts how many pairs follow their mechanism (`on_mechanism`)."""
+    if cfg.mechanism_by == "idea" and idea is None:
+        raise ConfigError("sft.corpus.mechanism_by: idea needs the idea check (build_corpus(idea=...))")
     texts = candidates(cfg.candidates, seed, cat.horizons, cfg.alpha101_share, cfg.one_horizon)
     rng = np.random.default_rng([seed, 12])
     rows, counts = [], {"candidates": len(texts), "parse_errors": 0, "invalid": 0, "no_brief": 0}
@@ -159,12 +179,25 @@ def build_corpus(score: Callable[[str], Any], cat: Catalogue, train_families: se
         if not card.valid:
             counts["invalid"] += 1
             continue
-        fields = assign_brief(ast, cat, train_families, tolerance, rng)
+        fidelity: dict[str, float] = {}
+        follows = None
+        if cfg.mechanism_by == "idea":
+            assert idea is not None
+            signal = idea.signal(ast)
+
+            def follows(mechanisms: Iterable[str], signal: Any = signal, fid: dict[str, float] = fidelity
+                        ) -> set[str]:
+                fid.update({m: idea.fidelity(signal, m) for m in mechanisms})
+                return {m for m, f in fid.items() if f >= idea.tau}
+        fields = assign_brief(ast, cat, train_families, tolerance, rng, follows)
         if fields is None:
             counts["no_brief"] += 1
             continue
         assert check(fields, ast, cat, tolerance).ok, (text, fields)
+        if fidelity:
+            counts["on_mechanism"] = counts.get("on_mechanism", 0) + (fidelity[fields["mechanism"]] >= idea.tau)
         rows.append({"brief": render(cat, fields), **{f"brief_{k}": v for k, v in fields.items()},
+                     **({"idea_fidelity": fidelity[fields["mechanism"]]} if fidelity else {}),
                      "family": f"{fields['mechanism']}|{fields['structure']}", "formula": text,
                      "canonical": canonical(ast, buckets), "answer": f"<alpha>{text}</alpha>",
                      "cpcv": card.channels["cpcv"],

@@ -51,7 +51,8 @@ def corpus(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: St
     df, counts = build_corpus(lambda f: verifier.score(f), cat, set(families(cat)) - held, params.sft.corpus,
                               params.briefs.horizon_tolerance, limits,
                               tuple(params.dsl.window_buckets), params.seed,
-                              progress=lambda it: tqdm(it, desc="corpus", unit="formula", mininterval=2))
+                              progress=lambda it: tqdm(it, desc="corpus", unit="formula", mininterval=2),
+                              idea=IdeaCheck(verifier.panel, cat) if params.sft.corpus.mechanism_by == "idea" else None)
     leak = sorted(set(df["family"]) & held)
     assert not leak, f"corpus pairs from held-out families {leak}"
     write_parquet(df, outs["corpus"])
