@@ -120,6 +120,12 @@ def test_mechanism_by_idea_names_a_mechanism_the_formula_follows_where_it_follow
     assert followed > on_form, (followed, on_form)
     with pytest.raises(ConfigError, match="mechanism_by: idea"):
         build_corpus(lambda f: v.score(f), *args)
+    # idea_only: the pairs that follow their mechanism, the others dropped and counted
+    only, c = build_corpus(lambda f: v.score(f), cat, train, args[2].model_copy(update={"mechanism_by": "idea_only"}),
+                           *args[3:], idea=idea)
+    assert len(only) == c["pairs"] == c["on_mechanism"] == counts["on_mechanism"]
+    assert (only["idea_fidelity"] >= idea.tau).all() and c["off_mechanism"] == counts["pairs"] - c["pairs"]
+    assert c["candidates"] == sum(c[k] for k in ("parse_errors", "invalid", "no_brief", "off_mechanism", "pairs"))
 
 def test_filter_keeps_partly_solved_briefs_or_the_closest_to_break_even():
     import pandas as pd

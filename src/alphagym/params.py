@@ -618,9 +618,10 @@ class Corpus(Section):
     candidates: Annotated[int, Field(ge=10, le=10_000_000)] = Field(description="formulas drawn and scored")
     alpha101_share: Annotated[float, Field(ge=0, le=1)] = Field(description="share of Alpha101 mutations")
     one_horizon: bool = Field(description="draw every window of a sampled formula around one horizon")
-    mechanism_by: Literal["form", "idea"] = Field(
-        description="a formula's brief mechanism, drawn from those whose check it passes ('form'), or from "
-        "those of them it also follows (mechanism fidelity at least briefs' idea_tau), where there is one ('idea')")
+    mechanism_by: Literal["form", "idea", "idea_only"] = Field(
+        description="a formula's brief mechanism, drawn from those whose check it passes ('form'), or from those "
+        "of them it also follows (mechanism fidelity at least briefs' idea_tau) where there is one ('idea'), the "
+        "formula dropped where there is none ('idea_only')")
 
 
 class SftEval(Section):

@@ -14,7 +14,7 @@ pair drawn by form alone often names a mechanism whose idea the formula does not
 learns that a brief's mechanism says little. `mechanism_by: idea` draws the mechanism among those the
 formula also follows, where there is one: its signal's fidelity to the mechanism's reference signals
 reaches the catalogue's `idea_tau` (`briefs.idea`, measured on the train panel); a formula that follows
-none keeps a mechanism drawn by form.
+none keeps a mechanism drawn by form, or with `idea_only` is dropped (counted as `off_mechanism`).
 """
 
 from __future__ import annotations
@@ -162,10 +162,10 @@ def build_corpus(score: Callable[[str], Any], cat: Catalogue, train_families: se
                  progress: Callable[[Any], Any] = lambda x: x, idea: IdeaCheck | None = None
                  ) -> tuple[pd.DataFrame, dict[str, int]]:
     """Score candidates with `score` (text -> ScoreCard), keep the valid ones that a training brief fits.
-    `idea` (on the train panel) is needed with `cfg.mechanism_by == "idea"`; each pair then records its
+    `idea` (on the train panel) is needed unless `cfg.mechanism_by` is "form"; each pair then records its
     mechanism's `idea_fidelity`, and the counts how many pairs follow their mechanism (`on_mechanism`)."""
-    if cfg.mechanism_by == "idea" and idea is None:
-        raise ConfigError("sft.corpus.mechanism_by: idea needs the idea check (build_corpus(idea=...))")
+    if cfg.mechanism_by != "form" and idea is None:
+        raise ConfigError(f"sft.corpus.mechanism_by: {cfg.mechanism_by} needs the idea check (build_corpus(idea=...))")
     texts = candidates(cfg.candidates, seed, cat.horizons, cfg.alpha101_share, cfg.one_horizon)
     rng = np.random.default_rng([seed, 12])
     rows, counts = [], {"candidates": len(texts), "parse_errors": 0, "invalid": 0, "no_brief": 0}
@@ -181,7 +181,7 @@ def build_corpus(score: Callable[[str], Any], cat: Catalogue, train_families: se
             continue
         fidelity: dict[str, float] = {}
         follows = None
-        if cfg.mechanism_by == "idea":
+        if cfg.mechanism_by != "form":
             assert idea is not None
             signal = idea.signal(ast)
 
@@ -194,6 +194,9 @@ def build_corpus(score: Callable[[str], Any], cat: Catalogue, train_families: se
             counts["no_brief"] += 1
             continue
         assert check(fields, ast, cat, tolerance).ok, (text, fields)
+        if cfg.mechanism_by == "idea_only" and fidelity[fields["mechanism"]] < idea.tau:
+            counts["off_mechanism"] = counts.get("off_mechanism", 0) + 1       # it follows none it could name
+            continue
         if fidelity:
             counts["on_mechanism"] = counts.get("on_mechanism", 0) + (fidelity[fields["mechanism"]] >= idea.tau)
         rows.append({"brief": render(cat, fields), **{f"brief_{k}": v for k, v in fields.items()},

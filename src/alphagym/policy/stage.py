@@ -52,7 +52,7 @@ def corpus(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: St
                               params.briefs.horizon_tolerance, limits,
                               tuple(params.dsl.window_buckets), params.seed,
                               progress=lambda it: tqdm(it, desc="corpus", unit="formula", mininterval=2),
-                              idea=IdeaCheck(verifier.panel, cat) if params.sft.corpus.mechanism_by == "idea" else None)
+                              idea=IdeaCheck(verifier.panel, cat) if params.sft.corpus.mechanism_by != "form" else None)
     leak = sorted(set(df["family"]) & held)
     assert not leak, f"corpus pairs from held-out families {leak}"
     write_parquet(df, outs["corpus"])
