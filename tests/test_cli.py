@@ -55,13 +55,14 @@ def test_user_errors_exit_2_with_one_clear_line(tmp_path, capsys, root):
     # a misspelt rung gets the closest names; a rung defined but off the ladder is told where to add it
     base = ["--params", str(root / "params.yaml"), "--set", "tracking.enabled=false"]
     code = main(["train", "--rung", "cispo_rep", *base])
-    assert code == 2 and "did you mean 'train@cispo_repo'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code == 2 and "no --rung 'cispo_rep' for stage 'train'; did you mean --rung cispo_repo " in err, err
     code = main(["train", "--rung", "dapo_all", *base, "--set", "rl.ladder=[cispo_repo]"])
     err = capsys.readouterr().err
     assert code == 2 and "rung 'dapo_all' is defined in rl.rungs but not on the ladder rl.ladder" in err, err
     code = main(["train", "--rung", "zzz", *base])
     err = capsys.readouterr().err
-    assert code == 2 and "no stage 'train@zzz'" in err and "did you mean" not in err
+    assert code == 2 and "no --rung 'zzz' for stage 'train' (known: cispo_repo, " in err and "did you mean" not in err
 
 def test_score_and_eval_json_on_a_smoke_panel(tmp_path, capsys, root):
     import json

@@ -19,6 +19,9 @@ FIELDS = ["--mechanism", "reversal", "--horizon", "21", "--input-rule", "price_o
 @pytest.mark.parametrize("argv, says", [
     (["propose", "  "], "empty brief"),
     (["propose", "--mechanism", "reversal", "--horizon", "21"], "needs --input-rule, --structure, --forbidden"),
+    # a value given wrong is named before the fields not given
+    (["propose", "--mechanism", "reversal", "--horizon", "21", "--inputs", "prices_only"],
+     "unknown input_rule id 'prices_only'"),
     (["propose", *FIELDS[:-1], "no_such_rule"], "unknown forbidden id 'no_such_rule'"),
     (["propose", *FIELDS, "-k", "0"], "-k and -n must be at least 1"),
     (["propose", *FIELDS, "--temperature", "-1"], "--temperature must be 0 (greedy) or above"),

@@ -471,7 +471,8 @@ def build_parser() -> argparse.ArgumentParser:
                                              "text runs under the grammar alone)")
     pp.add_argument("-k", type=int, default=16, help="answers sampled per brief (default 16)")
     pp.add_argument("-n", type=int, default=5, help="best distinct formulas shown per brief (default 5)")
-    pp.add_argument("--mechanism", help="catalogue mechanism id, e.g. reversal")
+    pp.add_argument("--mechanism", help="catalogue mechanism id, e.g. reversal (a brief from catalogue fields needs "
+                                        "--mechanism, --horizon, --input-rule, --structure and --forbidden)")
     pp.add_argument("--horizon", type=int, help="target horizon in days, e.g. 21")
     pp.add_argument("--input-rule", "--inputs", dest="input_rule", help="catalogue input rule id, e.g. price_only")
     pp.add_argument("--structure", help="catalogue structure id, e.g. ranked")

@@ -57,7 +57,8 @@ def find_stage(params: Mapping[str, Any], key: str, rows: list[Stage] | None = N
 
 def unknown_stage(params: Mapping[str, Any], key: str, table: Mapping[str, Stage]) -> str:
     """Why `key` is no stage of the table, in one line: a rung that is defined but not on the ladder says so;
-    otherwise the closest names, then the known ones."""
+    a family member (`train@NAME`) gets the closest names in its option's spelling (`--rung cispo_repo`) and
+    the family's items; any other key the closest stage names, then the known ones."""
     family, _, item = key.partition("@")
     assert RUNGS.blocks is not None
     try:
@@ -68,6 +69,12 @@ def unknown_stage(params: Mapping[str, Any], key: str, table: Mapping[str, Stage
     if family in {s.name for s in table.values() if s.family == RUNGS} and rung in rungs and rung not in ladder:
         return (f"rung {rung!r} is defined in {RUNGS.blocks} but not on the ladder {RUNGS.key} = {ladder}: add it "
                 f"there (params.yaml or a profile) to run it")
+    members = {s.item: s.family for s in table.values() if s.name == family and s.family is not None and s.item}
+    if item and members:
+        option = f"--{next(iter(members.values())).wildcard}"
+        close = difflib.get_close_matches(item, list(members), n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(f'{option} {c}' for c in close)}?" if close else ""
+        return f"no {option} {item!r} for stage {family!r}{hint} (known: {', '.join(members)})"
     close = difflib.get_close_matches(key, list(table), n=3, cutoff=0.6)
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     return f"no stage {key!r} in the stage table{hint} (known: {sorted(table)})"

@@ -50,22 +50,25 @@ _PART = {"mechanism": "mechanisms", "input_rule": "input_rules", "structure": "s
 def brief_from_fields(cat: Catalogue, fields: Mapping[str, Any]) -> dict[str, Any]:
     """A catalogue brief (its fields and rendered text) from field values; risk defaults to the catalogue's
     first. A missing or unknown field, a horizon outside 1..2520, or fields that contradict each other is a
-    BriefError naming it."""
-    missing = [k for k in CHECKED if fields.get(k) in (None, "")]
-    if missing:
-        need = ", ".join(f"--{k.replace('_', '-')}" for k in missing)
-        raise BriefError(f"a brief from catalogue fields needs {need}")
+    BriefError naming it (a value given wrong before a value not given)."""
     b: dict[str, Any] = {}
     for key in FIELDS:
         value = fields.get(key)
+        if value in (None, ""):
+            continue
         if key == "horizon":
             if not isinstance(value, int) or not 1 <= value <= 2520:
                 raise BriefError(f"horizon must be a number of days in 1..2520, not {value!r}")
             b[key] = value
             continue
-        value = cat.ids("risks")[0] if key == "risk" and value in (None, "") else value
         cat.row(_PART[key], str(value))                 # a BriefError listing the ids when unknown
         b[key] = str(value)
+    missing = [k for k in CHECKED if k not in b]
+    if missing:
+        need = ", ".join(f"--{k.replace('_', '-')}" for k in missing)
+        raise BriefError(f"a brief from catalogue fields needs {need}")
+    b.setdefault("risk", cat.ids("risks")[0])
+    b = {k: b[k] for k in FIELDS}
     if contradicts(cat, b):
         raise BriefError("these fields contradict each other (one forbids every field or operator another "
                          f"requires): {', '.join(f'{k}={b[k]}' for k in CHECKED)}")
