@@ -271,14 +271,17 @@ def _print_proposals(out: dict[str, Any]) -> None:
                       + (f"; e.g. {b['invalid_example']}" if not b["valid"] else ""))
         if b.get("note"):
             con.print(f"[yellow]note[/] {b['note']}")
-        t = Table("#", "train CPCV", "Sharpe", "turnover", "beta", "n", "checks", "idea", "formula")
+        # the mechanism fidelity, and whether it reaches the pass mark of `compliance_idea` (`briefs.idea`)
+        t = Table("#", "train CPCV", "Sharpe", "turnover", "beta", "n", "checks", f"idea (≥{out['idea_tau']:.2f})",
+                  "formula")
         t.columns[-1].overflow = "fold"
         for i, r in enumerate(b["proposals"], 1):
             failed = [c for c, ok in r["checks"].items() if not ok]
             checks = "-" if not r["checks"] else f"fails {', '.join(failed)}" if failed else f"all {len(r['checks'])}"
             t.add_row(str(i), f"{r['train_cpcv']:+.3f}", f"{r['train_sharpe_net']:+.2f}", f"{r['turnover']:.2f}",
                       f"{r['beta']:+.2f}", str(r["count"]), checks,
-                      f"{r['idea_fidelity']:.2f}" if "idea_fidelity" in r else "-", r["formula"])
+                      f"{r['idea_fidelity']:.2f}{' on' if r['on_mechanism'] else ''}" if "idea_fidelity" in r else "-",
+                      r["formula"])
         con.print(t)
     if "book" in out:
         bk = out["book"]

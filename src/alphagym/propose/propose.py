@@ -172,7 +172,7 @@ def propose(params: Params, policy: Policy, briefs: Sequence[Mapping[str, Any]],
     texts = [b["text"] for b in briefs]
     groups = policy.generate(texts, n=k, temperature=temperature, seed=seed)
     out: dict[str, Any] = {"decoding": params.policy.decoding, "k": k, "temperature": temperature, "seed": seed,
-                           "briefs": []}
+                           "idea_tau": cat.idea_tau, "briefs": []}
     if note:
         out["note"] = note
     pool: dict[str, Any] = {}                  # canonical -> a valid card, over every brief (the book's pool)
