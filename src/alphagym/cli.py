@@ -484,7 +484,8 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--briefs", metavar="FILE", help="answer a file of briefs: one a line, text or JSON (a brief "
                                                      "record, or catalogue fields)")
     pp.add_argument("--checkpoint", metavar="DIR", help="an RL checkpoint or a saved policy folder (default: the "
-                                                        "shipped adapter the report stage wrote)")
+                                                        "shipped adapter the report stage wrote, or the SFT policy "
+                                                        "when the report shipped step 0)")
     pp.add_argument("--temperature", type=float, default=1.0,
                     help="sampling temperature (default 1.0; 0: greedy, the same answer k times)")
     pp.add_argument("--seed", type=int, help="sampling seed (default: params' seed)")
