@@ -20,7 +20,8 @@ none keeps a mechanism drawn by form, or with `idea_only` is dropped (counted as
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -132,11 +133,11 @@ def candidates(n: int, seed: int, horizons: tuple[int, ...], alpha_share: float,
 
 
 def assign_brief(ast: Any, cat: Catalogue, train_families: set[str], tolerance: float,
-                 rng: np.random.Generator, follows: Callable[[Iterable[str]], set[str]] | None = None
+                 rng: np.random.Generator, follows: Callable[[str], bool] | None = None
                  ) -> dict[str, Any] | None:
     """A brief (field ids) this formula satisfies, drawn from the passing options; None if none fits.
-    `follows`: of the mechanisms whose check the formula passes, those whose idea it follows; the mechanism
-    is then drawn among those where one pairs with a training family (module docstring)."""
+    `follows(mechanism)`: whether the formula follows that mechanism's idea; the mechanism is then drawn among
+    those it follows where one pairs with a training family (module docstring)."""
     passing = {part: [k for k in cat.ids(part) if check_spec(cat.spec(part, k), ast) is None]
                for part in ("mechanisms", "structures", "input_rules", "forbidden")}
     horizons = [h for h in cat.horizons if horizon_reason(ast, h, tolerance) is None]
@@ -144,8 +145,7 @@ def assign_brief(ast: Any, cat: Catalogue, train_families: set[str], tolerance: 
     if not pairs or not horizons or not passing["input_rules"] or not passing["forbidden"]:
         return None
     if follows is not None:
-        on = follows(dict.fromkeys(m for m, _ in pairs))
-        pairs = [(m, s) for m, s in pairs if m in on] or pairs
+        pairs = [(m, s) for m, s in pairs if follows(m)] or pairs
     for _ in range(20):
         m, s = pairs[int(rng.integers(len(pairs)))]
         b = {"mechanism": m, "horizon": int(horizons[int(rng.integers(len(horizons)))]), "structure": s,
@@ -179,28 +179,25 @@ def build_corpus(score: Callable[[str], Any], cat: Catalogue, train_families: se
         if not card.valid:
             counts["invalid"] += 1
             continue
-        fidelity: dict[str, float] = {}
-        follows = None
-        if cfg.mechanism_by != "form":
-            assert idea is not None
-            signal = idea.signal(ast)
-
-            def follows(mechanisms: Iterable[str], signal: Any = signal, fid: dict[str, float] = fidelity
-                        ) -> set[str]:
-                fid.update({m: idea.fidelity(signal, m) for m in mechanisms})
-                return {m for m, f in fid.items() if f >= idea.tau}
-        fields = assign_brief(ast, cat, train_families, tolerance, rng, follows)
+        fidelity = None
+        if idea is not None and cfg.mechanism_by != "form":
+            # one evaluation of the signal; `fidelity_of` remembers each mechanism's fidelity of this formula
+            fidelity = partial(idea.fidelity_of, ast, signal=idea.signal(ast))
+        fields = assign_brief(ast, cat, train_families, tolerance, rng,
+                              None if fidelity is None else lambda m, f=fidelity: f(m) >= idea.tau)
         if fields is None:
             counts["no_brief"] += 1
             continue
         assert check(fields, ast, cat, tolerance).ok, (text, fields)
-        if cfg.mechanism_by == "idea_only" and fidelity[fields["mechanism"]] < idea.tau:
-            counts["off_mechanism"] = counts.get("off_mechanism", 0) + 1       # it follows none it could name
-            continue
-        if fidelity:
-            counts["on_mechanism"] = counts.get("on_mechanism", 0) + (fidelity[fields["mechanism"]] >= idea.tau)
-        rows.append({"brief": render(cat, fields), **{f"brief_{k}": v for k, v in fields.items()},
-                     **({"idea_fidelity": fidelity[fields["mechanism"]]} if fidelity else {}),
+        extra = {}
+        if fidelity is not None:
+            extra["idea_fidelity"] = fidelity(fields["mechanism"])
+            on = extra["idea_fidelity"] >= idea.tau
+            if cfg.mechanism_by == "idea_only" and not on:
+                counts["off_mechanism"] = counts.get("off_mechanism", 0) + 1       # it follows none it could name
+                continue
+            counts["on_mechanism"] = counts.get("on_mechanism", 0) + on
+        rows.append({"brief": render(cat, fields), **{f"brief_{k}": v for k, v in fields.items()}, **extra,
                      "family": f"{fields['mechanism']}|{fields['structure']}", "formula": text,
                      "canonical": canonical(ast, buckets), "answer": f"<alpha>{text}</alpha>",
                      "cpcv": card.channels["cpcv"],
