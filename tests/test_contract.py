@@ -200,6 +200,47 @@ def test_a_checker_that_shares_the_grammars_parses_judges_every_prefix_as_one_th
     assert judged > 5000 and not differ, differ[:3]
 
 
+def test_a_resumed_scan_reads_every_prefix_as_a_scan_from_scratch_does(cat):
+    """`ContractChecker._scan` resumes a prefix's walk from the one kept for the longest text before one of its
+    whitespace characters, and `PrefixChecker._head` lexes from the longest head lexed before. Every character
+    prefix of 300 formulas (random ones, the same with a witness appended as the completion search appends
+    it, and strings of DSL pieces), judged in a shuffled order by checkers sharing their caches, has the facts
+    and tokens that `scan` and `tokenize` give it from scratch."""
+    from alphagym.briefs.contract import scan, witnesses
+    from alphagym.dsl.lexer import tokenize
+
+    rng = np.random.default_rng(4)
+    combos = [b for b in _combos(cat) if not contradicts(cat, b)]
+    grammar, walks = PrefixChecker(), {}
+    checkers = []
+    for k in range(8):
+        b = {**combos[rng.integers(len(combos))], "id": f"w{k}"}
+        c = compile_brief(b, cat, TOL)
+        checkers.append(ContractChecker(c, b, cat, TOL, share=grammar, walks=walks))
+    pieces = ["rank(", "ts_mean(", "ts_corr(", "delay(", " close", "volume", ", 5", ", 252", ")", " - ", " * ",
+              "adv20", " ? ", " : ", "-", "1", "(", " (", "ts_rank(", "open, ", "high", "rank", ",", " ", "  "]
+    formulas = []
+    for seed in range(100):
+        f = random_formula(int(rng.integers(1 << 30)), max_window=60)
+        cut = f[: int(rng.integers(0, len(f) + 1))]
+        formulas += [f, f"{cut} + {witnesses(checkers[seed % 8].contract)[0]}",
+                     "".join(pieces[int(i)] for i in rng.integers(len(pieces), size=int(rng.integers(3, 16))))]
+    texts = [f[:i] for f in formulas for i in range(1, len(f) + 1)]
+    rng.shuffle(texts)
+    resumed = 0
+    for i, text in enumerate(texts):
+        ck = checkers[i % 8]
+        try:
+            expected = tokenize(text)
+        except DslError:
+            continue
+        tokens = ck._tokens(text)
+        assert tokens == expected, text
+        resumed += any(text[:j] in walks for j in range(len(text)) if text[j].isspace())
+        assert ck._scan(text, tokens) == scan(expected, len(text))[0], text
+    assert len(texts) > 10_000 and resumed > len(texts) // 2 and len(walks) > 1000, (len(texts), resumed)
+
+
 def test_a_rendered_brief_reads_back_and_other_text_does_not(cat):
     train, holdout, _ = generate(cat, Briefs(train=300, holdout=40, holdout_family_share=0.15,
                                              horizon_tolerance=TOL), 3)

@@ -123,72 +123,99 @@ class Facts:
     ts_open: int = 0                            # time-series calls still open at the end
 
 
-def scan(tokens: list[Token], text_end: int) -> Facts:
+class Walk:
+    """`scan`'s running state before some token: what the tokens before it hold, and the calls still open
+    (per open '(': its operator or None, and the argument index reached)."""
+
+    __slots__ = ("ops", "fields", "stack", "longest", "ts_open", "ts_depth", "nodes", "long_sum", "root_closed",
+                 "after_root")
+
+    def __init__(self) -> None:
+        self.ops: dict[str, int] = {}
+        self.fields: set[str] = set()
+        self.stack: list[tuple[str | None, int]] = []
+        self.longest, self.ts_open, self.ts_depth, self.nodes = 0.0, 0, 0, 0
+        self.long_sum: tuple[str, str, float] | None = None
+        self.root_closed = self.after_root = False
+
+    def copy(self) -> Walk:
+        w = Walk()
+        w.ops, w.fields, w.stack = dict(self.ops), set(self.fields), list(self.stack)
+        w.longest, w.ts_open, w.ts_depth, w.nodes = self.longest, self.ts_open, self.ts_depth, self.nodes
+        w.long_sum, w.root_closed, w.after_root = self.long_sum, self.root_closed, self.after_root
+        return w
+
+
+def scan(tokens: list[Token], text_end: int, resume: tuple[int, Walk] | None = None,
+         mark: int | None = None) -> tuple[Facts, Walk | None]:
     """Facts of a formula prefix from its tokens (the lexer's, 'end' last). A name or number that touches
     the end of the text may still grow: a name is not counted until a token follows it; a number is read
-    as written (appending digits only makes a window longer)."""
-    ops: dict[str, int] = {}
-    fields: set[str] = set()
-    stack: list[list[Any]] = []          # per open '(': [op or None, argument index]
-    longest, ts_open, ts_depth, nodes = 0.0, 0, 0, 0
-    long_sum = None
-    toks = [t for t in tokens if t.kind != "end"]
+    as written (appending digits only makes a window longer). A token is read with the token after it (a
+    name followed by '(' is a call) and the three before it (a smoother's window over a bare price), so the
+    walk before token i depends on tokens[:i] alone: `resume` (i, walk) starts there from a copy of a walk
+    another prefix with the same tokens[:i] returned, and `mark` asks for the walk before token `mark`
+    (None when the walk started after it)."""
+    toks = tokens[:-1] if tokens and tokens[-1].kind == "end" else tokens
     first = toks[0].text.lower() if toks else None
     root_call = len(toks) >= 2 and toks[0].kind == "name" and toks[1].text == "("
-    root_closed = False
-    prev: Token | None = None
-    after_root = False
-    for i, t in enumerate(toks):
-        after_root = after_root or root_closed
+    start, w = (resume[0], resume[1].copy()) if resume is not None else (0, Walk())
+    kept = None
+    ops, fields, stack = w.ops, w.fields, w.stack
+    for i in range(start, len(toks)):
+        if i == mark:
+            kept = w.copy()
+        t = toks[i]
+        w.after_root = w.after_root or w.root_closed
         nxt = toks[i + 1] if i + 1 < len(toks) else None
         if t.kind == "name":
             low = t.text.lower()
             if nxt is not None and nxt.text == "(":
                 op = ALIASES.get(low, low)
                 ops[op] = ops.get(op, 0) + 1
-                nodes += 1
+                w.nodes += 1
             elif nxt is None and t.pos + len(t.text) >= text_end:
                 pass                                     # may still grow into another name
             elif low in FIELDS:
                 fields.add(low)
-                nodes += 1
+                w.nodes += 1
             elif low.startswith("adv") and low[3:].isdigit():
                 for op in ("ts_mean", "mul"):
                     ops[op] = ops.get(op, 0) + 1
                 fields |= {"close", "volume"}
-                nodes += 4
-                longest = max(longest, float(low[3:]))
-                ts_depth = max(ts_depth, ts_open + 1)
+                w.nodes += 4
+                w.longest = max(w.longest, float(low[3:]))
+                w.ts_depth = max(w.ts_depth, w.ts_open + 1)
         elif t.kind == "num":
             if stack and stack[-1][0] is not None:
                 op, k = stack[-1]
                 spec = OPS.get(op)
                 if spec is not None and spec.kind == "ts" and k == spec.arity:
-                    longest = max(longest, t.value)
+                    w.longest = max(w.longest, t.value)
                     if (op in SMOOTHERS and k == 1 and i >= 3 and toks[i - 1].text == ","
                             and toks[i - 2].kind == "name" and toks[i - 2].text.lower() in PRICE_LEVEL_FIELDS
                             and toks[i - 3].text == "("):
-                        long_sum = (op, toks[i - 2].text.lower(), t.value) \
-                            if long_sum is None or t.value > long_sum[2] else long_sum
+                        w.long_sum = (op, toks[i - 2].text.lower(), t.value) \
+                            if w.long_sum is None or t.value > w.long_sum[2] else w.long_sum
         else:
             s = t.text
+            prev = toks[i - 1] if i else None
             if s == "(":
                 op = ALIASES.get(prev.text.lower(), prev.text.lower()) if prev is not None and prev.kind == "name" \
                     else None
-                stack.append([op, 0])
+                stack.append((op, 0))
                 if op is not None and OPS.get(op) is not None and OPS[op].kind == "ts":
-                    ts_open += 1
-                    ts_depth = max(ts_depth, ts_open)
+                    w.ts_open += 1
+                    w.ts_depth = max(w.ts_depth, w.ts_open)
             elif s == ")":
                 if stack:
                     op, _ = stack.pop()
                     if op is not None and OPS.get(op) is not None and OPS[op].kind == "ts":
-                        ts_open -= 1
+                        w.ts_open -= 1
                     if not stack and root_call:
-                        root_closed = True
+                        w.root_closed = True
             elif s == ",":
                 if stack:
-                    stack[-1][1] += 1
+                    stack[-1] = (stack[-1][0], stack[-1][1] + 1)
             elif s == ":":
                 pass
             elif s == "-" and (prev is None or (prev.kind == "op" and prev.text != ")")):
@@ -196,10 +223,10 @@ def scan(tokens: list[Token], text_end: int) -> Facts:
             elif s in _INFIX:
                 op = _INFIX[s]
                 ops[op] = ops.get(op, 0) + 1
-                nodes += 1
-        prev = t
-    return Facts(ops, fields, longest, ts_depth, nodes, long_sum, first, root_call, root_closed, after_root,
-                 ts_open)
+                w.nodes += 1
+    facts = Facts(ops, fields, w.longest, w.ts_depth, w.nodes, w.long_sum, first, root_call, w.root_closed,
+                  w.after_root, w.ts_open)
+    return facts, kept
 
 
 def ended(f: Facts, name: str) -> Facts:
@@ -630,9 +657,12 @@ class ContractChecker(PrefixChecker):
 
     def __init__(self, contract: Contract, brief: Mapping[str, Any], catalogue: Catalogue, tolerance: float,
                  limits: Limits | None = None, fields: tuple[str, ...] = DSL_FIELDS,
-                 share: PrefixChecker | None = None) -> None:
+                 share: PrefixChecker | None = None, walks: dict[str, tuple[int, Walk]] | None = None) -> None:
         super().__init__(limits, fields, share=share)
         self.contract, self.brief, self.catalogue, self.tolerance = contract, brief, catalogue, tolerance
+        # text before a whitespace -> (i, the walk before its token i) (`_scan`); a prefix's walk does not
+        # depend on the brief, so the checkers of one decoder share theirs (`BriefContracts`)
+        self.walks: dict[str, tuple[int, Walk]] = {} if walks is None else walks
         own = idea_witnesses(contract, catalogue.references(str(brief["mechanism"])), self.limits) \
             if "mechanism" in brief else ()
         self.witness_pieces = tuple(f" + {w}" for w in dict.fromkeys([*own, *witnesses(contract, self.limits)]))
@@ -655,7 +685,7 @@ class ContractChecker(PrefixChecker):
             tokens = self._tokens(formula)
         except DslError:
             return True              # the grammar's own check decides
-        f = scan(tokens, len(formula))
+        f = self._scan(formula, tokens)
         if violation(self.contract, f) is not None:
             return False
         # a name cut off at the end (`vwa`, `vwap`) is not counted by `scan` (it may still grow): judge it as
@@ -671,6 +701,37 @@ class ContractChecker(PrefixChecker):
             return False
         return check(self.brief, ast, self.catalogue, self.tolerance).ok and holds(self.contract, ast)
 
+    def _scan(self, formula: str, tokens: list[Token]) -> Facts:
+        """`scan(tokens, len(formula))[0]`, resumed from the walk kept for the longest text before one of the
+        formula's whitespace characters: each token the sampler tries, and each witness the completion search
+        appends, changes only the end of an answer already read. The walk before the last token ahead of the
+        formula's last whitespace is kept (that token is read with the one after it)."""
+        toks = tokens[:-1] if tokens and tokens[-1].kind == "end" else tokens
+        cut, end = len(formula), None
+        while True:
+            cut = max(formula.rfind(" ", 0, cut), formula.rfind("\t", 0, cut), formula.rfind("\n", 0, cut),
+                      formula.rfind("\r", 0, cut))
+            if cut <= 0:
+                resume = None
+                break
+            if end is None:
+                end = cut
+            resume = self.walks.get(formula[:cut])
+            if resume is not None:
+                break
+        if end is None:
+            return scan(tokens, len(formula))[0]
+        mark = len(toks)
+        while mark and toks[mark - 1].pos >= end:
+            mark -= 1
+        mark -= 1                            # the last token before the whitespace is read with the one after it
+        facts, kept = scan(tokens, len(formula), resume, mark if mark > 0 else None)
+        if kept is not None:
+            if len(self.walks) >= 100_000:
+                self.walks.clear()
+            self.walks[formula[:end]] = (mark, kept)
+        return facts
+
     def allows(self, name: str) -> bool:
         c = self.contract
         if re.fullmatch(r"adv\d*", name):        # adv<d> reads ts_mean(close * volume, d) (`scan` counts it so)
@@ -685,7 +746,7 @@ class ContractChecker(PrefixChecker):
         s = text.lstrip(" \t\n")
         body = s[len(OPEN):] if s.startswith(OPEN) else ""
         try:
-            return body, scan(self._tokens(body), len(body))
+            return body, self._scan(body, self._tokens(body))
         except DslError:
             return body, None
 
@@ -724,6 +785,7 @@ class BriefContracts:
         self.grammar = PrefixChecker(limits, fields)
         self.limits = self.grammar.limits
         self._checkers: dict[str, PrefixChecker] = {}
+        self._walks: dict[str, tuple[int, Walk]] = {}
 
     def checker(self, text: str) -> PrefixChecker:
         ck = self._checkers.get(text)
@@ -734,7 +796,7 @@ class BriefContracts:
             else:
                 contract = compile_brief(brief, self.catalogue, self.tolerance, self.limits)
                 ck = ContractChecker(contract, brief, self.catalogue, self.tolerance, self.limits, self.fields,
-                                     share=self.grammar)
+                                     share=self.grammar, walks=self._walks)
             if len(self._checkers) >= self.keep:        # a run's briefs are a few hundred; a bound all the same
                 self._checkers.pop(next(iter(self._checkers)))
             self._checkers[text] = ck

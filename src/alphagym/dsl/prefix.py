@@ -262,15 +262,33 @@ class PrefixChecker:
         limits = self.limits
         if self.heads is None or cut <= 0 or len(formula) > limits.max_chars:
             return tokenize(formula, limits.max_tokens, limits.max_chars)
-        head = self.heads.get(formula[:cut])
-        if head is None:
-            head = tokenize(formula[:cut], limits.max_tokens, limits.max_chars)[:-1]
-            if len(self.heads) >= 100_000:
-                self.heads.clear()
-            self.heads[formula[:cut]] = head
-        tokens = tokenize(formula, limits.max_tokens, limits.max_chars, head=head, start=cut)
+        tokens = tokenize(formula, limits.max_tokens, limits.max_chars, head=self._head(formula[:cut]), start=cut)
         self._lexed = (formula, tokens)
         return tokens
+
+    def _head(self, text: str) -> list[Token]:
+        """The tokens of `text` (no 'end'), which a whitespace follows in the text being lexed: lexed before,
+        or resumed from the longest text before one of its own whitespace characters that was (the completion
+        search appends a witness, ` + rank(ts_corr(close, volume, 10))`, whose every space starts a new head)."""
+        assert self.heads is not None
+        head = self.heads.get(text)
+        if head is not None:
+            return head
+        limits, cut, missed = self.limits, len(text), [len(text)]
+        while True:                    # back to the last whitespace before which the text was lexed
+            cut = max(text.rfind(" ", 0, cut), text.rfind("\t", 0, cut), text.rfind("\n", 0, cut),
+                      text.rfind("\r", 0, cut))
+            head = self.heads.get(text[:cut]) if cut > 0 else []
+            if head is not None:
+                break
+            missed.append(cut)
+        if len(self.heads) + len(missed) >= 100_000:
+            self.heads.clear()
+        for end in reversed(missed):   # then forward, keeping each head on the way
+            head = tokenize(text[:end], limits.max_tokens, limits.max_chars, head=head, start=max(cut, 0))[:-1]
+            self.heads[text[:end]] = head
+            cut = end
+        return head
 
     def _parses_to_end(self, formula: str) -> bool:
         try:
