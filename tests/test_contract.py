@@ -274,13 +274,14 @@ def test_the_watch_spacing_under_briefs_writes_what_a_search_at_every_token_writ
     spaced = pol.generate(texts, n=4, temperature=1.0, seed=1)
     stats_spaced, bound = dict(pol.decode_stats), grammar.GROWTH
     pol.decode_stats.clear()
-    monkeypatch.setattr(grammar, "GROWTH", 10**6)            # slack // 10**6 = 0: a search at every token
+    monkeypatch.setattr(grammar, "DENSE_WATCH", True)        # a search at every token
     monkeypatch.setattr(grammar.GrammarSampler, "_still_completes", lambda self, b, text: None)
     every = pol.generate(texts, n=4, temperature=1.0, seed=1)
     assert spaced == every
     searches = stats_spaced.pop("watch_searches"), pol.decode_stats.pop("watch_searches")
     growth = stats_spaced.pop("growth_max"), pol.decode_stats.pop("growth_max")
     assert stats_spaced == pol.decode_stats and stats_spaced["forced"] >= 8
+    assert stats_spaced["forced_late"] == 0          # forced while it fits: none cut at the cap
     assert searches[1] > 2 * searches[0] > 0, (searches, growth)
     assert 0 < growth[1] <= bound, growth                    # the bound held at every token
 

@@ -25,9 +25,12 @@ tokens to spare on average (1,215 searches over 320 answers; it forced 2). The c
 10 tokens per token written, under the grammar as under a brief's checker (whose
 completion may bring a witness, ` + W`, for what the answer still lacks), over the default batch's rounds
 with a watch at every token (`python benchmarks/bench_brief_decoding.py --rounds 12 --dense-watch` prints
-this `growth_max`: the most a row's completion grew, per token written, between two searches of it). So
-after a search that leaves `slack` tokens the next one comes `slack // (GROWTH + 1)` tokens later (at least
-1), before the slack can have run out; `watch_searches` counts the searches. A row lacking a requirement of
+this `growth_max`: the most a row's completion grew, per token written, between two searches of it). So a
+search that leaves `slack` ≤ GROWTH tokens forces the completion there, while it fits (one more token could
+grow it past what is left), and one that leaves more is followed by the next `slack // (GROWTH + 1)` tokens
+later (at least 1), before the slack can have fallen to GROWTH; `watch_searches` counts the searches, and
+`forced_late` the completions forced with fewer tokens left than they need (cut at the cap, invalid: the
+bound failed, or no completion was found until the closing phase). A row lacking a requirement of
 its brief (`PrefixChecker.lacks`) is watched from a quarter of the budget on, any other from half. No
 search is needed while the completion found last still finishes the answer (as it stands, or less what the
 model wrote of it) with slack to spare: its length bounds the shortest one's (`_still_completes`, one state
@@ -47,6 +50,7 @@ from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 from alphagym.dsl.prefix import PrefixChecker
 
 GROWTH = 10         # the most tokens one written token has added to an answer's completion (module docstring)
+DENSE_WATCH = False  # a search at each token of a watched row (how GROWTH is observed: benchmarks, tests)
 # a traced draw judges the likeliest tokens until this share of the model's mass is judged, at most
 # TRACE_MAX of them (`GrammarSampler.refused`): the mass left unjudged bounds the error of the
 # renormalising constant the RL loss divides by (docs/rl.md, "Log-probabilities under constrained decoding")
@@ -113,7 +117,7 @@ class GrammarSampler:
         self.missed: dict[int, int] = {}             # batch row -> its watch searches in a row that found nothing
         self.searched: dict[int, tuple[int, int]] = {}  # batch row -> (answer length, completion length) found last
         self.stats = {"draws": 0, "steered": 0, "rejections": 0, "dead_ends": 0, "forced": 0,
-                      "watch_searches": 0, "growth_max": 0.0}
+                      "forced_late": 0, "watch_searches": 0, "growth_max": 0.0}
         # token -> its own text when appending it is exact (ASCII, not an added token), else None; None
         # for the whole map when the tokenizer does not concatenate
         self.pieces: dict[int, str | None] | None = {} if concatenates(tokenizer) else None
@@ -201,6 +205,8 @@ class GrammarSampler:
         queue = self._completion(b, row) if queue is None else queue
         self.forced[b] = queue or []
         self.stats["forced"] += queue is not None
+        # a completion longer than the tokens left is cut at the cap: the answer ends invalid
+        self.stats["forced_late"] += queue is not None and len(row) + len(queue) > self.max_new_tokens > 0
 
     def _next_forced(self, b: int, row: list[int]) -> int | None:
         """The next token of row `b`'s forced completion (computed when its closing phase begins, or
@@ -223,16 +229,17 @@ class GrammarSampler:
         # a known completion's length bounds the shortest one's: no search while that still fits
         slack = None if known is None else self.max_new_tokens - len(row) - known - 2
         found = True
-        if slack is None or slack <= 0:
+        if slack is None or slack <= GROWTH:
             queue = self._completion(b, row)
             self.stats["watch_searches"] += 1
             found = queue is not None
             slack = self.max_new_tokens - len(row) - (len(queue) if queue is not None else 0) - 2
-            if queue is not None and slack <= 0:
+            # forced while it still fits: one more written token may grow it by GROWTH
+            if queue is not None and slack <= GROWTH:
                 self._start_forcing(b, row, queue)
         # a search that found nothing ran its whole budget: the next waits twice as long after each miss
         self.missed[b] = 0 if found else self.missed.get(b, 0) + 1
-        step = max(1, slack // (GROWTH + 1))
+        step = 1 if DENSE_WATCH else max(1, slack // (GROWTH + 1))
         self.watch_at[b] = len(row) + (step if found else step << min(self.missed[b], 4))
 
     def pick(self, b: int, row: list[int], keys: torch.Tensor, logits: torch.Tensor | None = None) -> int:

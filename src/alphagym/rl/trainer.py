@@ -123,6 +123,7 @@ class Trainer:
             timing["decoding/rejected_share"] = rejected_share(st)
             timing["decoding/steered_share"] = steered_share(st)
             timing["decoding/dead_ends"] = float(st.get("dead_ends", 0))
+            timing["decoding/forced_late"] = float(st.get("forced_late", 0))     # answers cut at the cap
             st.clear()
         rounds = replaced = 0
         if self.cfg.refill.enabled:
