@@ -18,11 +18,18 @@ from alphagym.briefs.contract import (
     brief_specs,
     built,
     compile_brief,
+    fields_needed,
     merge_specs,
+    nodes_needed,
+    scan,
+    witnesses,
 )
 from alphagym.briefs.generate import FIELDS, contradicts, generate, read_text, render
 from alphagym.config import load_params
+from alphagym.dsl.ast import walk
+from alphagym.dsl.canonical import fields_used
 from alphagym.dsl.errors import DslError
+from alphagym.dsl.lexer import tokenize
 from alphagym.dsl.parser import Limits, parse
 from alphagym.dsl.prefix import PrefixChecker
 from alphagym.dsl.random_formula import random_formula
@@ -178,6 +185,46 @@ def test_cut_formulas_completed_under_random_briefs_comply(cat):
     assert kept >= 200 and completed >= 0.9 * kept, (kept, completed)
 
 
+def test_no_prefix_of_a_compliant_formula_is_refused(cat):
+    """The rules that refuse a prefix (`violation`: counts that only grow, and the lower bounds of what a
+    requirement still unmet needs, `nodes_needed` and `fields_needed`) never refuse one that a compliant formula
+    begins with: 300 drawn briefs x compliant formulas (random formulas cut and completed under the brief,
+    and the brief's witnesses), every character prefix of each is kept by a checker that has seen none of it."""
+    rng = np.random.default_rng(5)
+    combos = [b for b in _combos(cat) if not contradicts(cat, b)]
+    judged, refused, answers = 0, [], 0
+    for k in range(300):
+        b = {**combos[rng.integers(len(combos))], "id": f"p{k}"}
+        c = compile_brief(b, cat, TOL)
+        ck = ContractChecker(c, b, cat, TOL)
+        formula = random_formula(int(rng.integers(1 << 30)), max_window=60)
+        prefix = "<alpha>" + formula[: int(rng.integers(0, len(formula) + 1))]
+        suffix = ck.completion(prefix) if ck.state(prefix) == "open" else None
+        done = [prefix + suffix] if suffix is not None else []
+        done += [f"<alpha>{w}</alpha>" for w in witnesses(c, None, 2)]
+        for answer in done:
+            answers += 1
+            fresh = ContractChecker(c, b, cat, TOL)
+            whole = parse(answer[len("<alpha>"):-len("</alpha>")])
+            nodes, fields = sum(1 for _ in walk(whole)), len(set(fields_used(whole)) - {"sector"})
+            for i in range(len("<alpha>"), len(answer)):
+                judged += 1
+                if fresh.state(answer[:i]) == "dead":
+                    refused.append((b, answer[:i], answer))
+                    break
+                if i > len(answer) - len("</alpha>"):
+                    continue                     # the closing tag's '<' lexes as less-than
+                try:
+                    f = scan(tokenize(answer[len("<alpha>"):i]), i - len("<alpha>"))[0]
+                except DslError:
+                    continue
+                # the lower bounds, checked against what the formula holds whatever the brief's limits
+                if f.nodes + nodes_needed(c, f) > nodes or len(f.fields - {"sector"}) + fields_needed(c, f) > fields:
+                    refused.append((b, answer[:i], answer, f))
+                    break
+    assert answers > 600 and judged > 20_000 and not refused, [r[1:] for r in refused[:2]]
+
+
 def test_a_checker_that_shares_the_grammars_parses_judges_every_prefix_as_one_that_does_not(cat):
     """Brief checkers share the grammar checker's finished calls and lexed heads (a parse does not depend
     on the brief): 200 briefs x every prefix of a random formula, judged after the grammar and the other
@@ -206,9 +253,6 @@ def test_a_resumed_scan_reads_every_prefix_as_a_scan_from_scratch_does(cat):
     prefix of 300 formulas (random ones, the same with a witness appended as the completion search appends
     it, and strings of DSL pieces), judged in a shuffled order by checkers sharing their caches, has the facts
     and tokens that `scan` and `tokenize` give it from scratch."""
-    from alphagym.briefs.contract import scan, witnesses
-    from alphagym.dsl.lexer import tokenize
-
     rng = np.random.default_rng(4)
     combos = [b for b in _combos(cat) if not contradicts(cat, b)]
     grammar, walks = PrefixChecker(), {}

@@ -50,13 +50,14 @@ from alphagym.dsl.canonical import fields_used
 from alphagym.dsl.errors import DslError
 from alphagym.dsl.lexer import Token
 from alphagym.dsl.parser import Limits, parse
-from alphagym.dsl.prefix import _PARTIAL_NAME, OPEN, OPERAND_DUE, PrefixChecker, halves_completed
+from alphagym.dsl.prefix import _PARTIAL_NAME, FUNCTIONS, OPEN, OPERAND_DUE, PrefixChecker, halves_completed
 from alphagym.dsl.registry import ALIASES, FIELDS, OPS, ts_transforms
 from alphagym.errors import BriefError
 from alphagym.panel import DSL_FIELDS, PRICE_LEVEL_FIELDS
 
 _INFIX = {s.infix: n for n, s in OPS.items() if s.infix}
 _INFIX["?"] = "where"
+_PARAMETERS = frozenset({"scale", "min", "max"})     # calls whose second argument may be a parameter, not a node
 UNLIMITED = 10**9
 
 
@@ -108,7 +109,7 @@ def brief_specs(brief: Mapping[str, Any], catalogue: Catalogue) -> list[Mapping[
 @dataclass
 class Facts:
     """What a prefix already uses; every count only grows as text is appended (`nodes` counts only the
-    nodes certain to be in the parse: calls, infix operators and fields)."""
+    nodes certain to be in the parse: calls, infix operators, fields and literals that are no parameter)."""
 
     ops: dict[str, int]
     fields: set[str]
@@ -121,6 +122,7 @@ class Facts:
     root_closed: bool                           # ... and that call's ')' has been written
     after_root: bool = False                    # ... and a token after it
     ts_open: int = 0                            # time-series calls still open at the end
+    window_end: bool = False                    # the text ends in a window's literal (digits may follow)
 
 
 class Walk:
@@ -159,7 +161,7 @@ def scan(tokens: list[Token], text_end: int, resume: tuple[int, Walk] | None = N
     first = toks[0].text.lower() if toks else None
     root_call = len(toks) >= 2 and toks[0].kind == "name" and toks[1].text == "("
     start, w = (resume[0], resume[1].copy()) if resume is not None else (0, Walk())
-    kept = None
+    kept, window_end = None, False
     ops, fields, stack = w.ops, w.fields, w.stack
     for i in range(start, len(toks)):
         if i == mark:
@@ -186,16 +188,21 @@ def scan(tokens: list[Token], text_end: int, resume: tuple[int, Walk] | None = N
                 w.longest = max(w.longest, float(low[3:]))
                 w.ts_depth = max(w.ts_depth, w.ts_open + 1)
         elif t.kind == "num":
-            if stack and stack[-1][0] is not None:
-                op, k = stack[-1]
-                spec = OPS.get(op)
-                if spec is not None and spec.kind == "ts" and k == spec.arity:
-                    w.longest = max(w.longest, t.value)
-                    if (op in SMOOTHERS and k == 1 and i >= 3 and toks[i - 1].text == ","
-                            and toks[i - 2].kind == "name" and toks[i - 2].text.lower() in PRICE_LEVEL_FIELDS
-                            and toks[i - 3].text == "("):
-                        w.long_sum = (op, toks[i - 2].text.lower(), t.value) \
-                            if w.long_sum is None or t.value > w.long_sum[2] else w.long_sum
+            op, k = stack[-1] if stack else (None, 0)
+            spec = OPS.get(op) if op is not None else None
+            # a literal is a node of its own but where a call reads it as a parameter (a window, scale's
+            # target, min's d) or the call is unknown
+            window = spec is not None and spec.kind == "ts" and k == spec.arity
+            if op is None or (spec is not None and op not in _PARAMETERS and not window):
+                w.nodes += 1
+            if window:
+                w.longest = max(w.longest, t.value)
+                window_end = i == len(toks) - 1 and t.pos + len(t.text) >= text_end
+                if (op in SMOOTHERS and k == 1 and i >= 3 and toks[i - 1].text == ","
+                        and toks[i - 2].kind == "name" and toks[i - 2].text.lower() in PRICE_LEVEL_FIELDS
+                        and toks[i - 3].text == "("):
+                    w.long_sum = (op, toks[i - 2].text.lower(), t.value) \
+                        if w.long_sum is None or t.value > w.long_sum[2] else w.long_sum
         else:
             s = t.text
             prev = toks[i - 1] if i else None
@@ -225,7 +232,7 @@ def scan(tokens: list[Token], text_end: int, resume: tuple[int, Walk] | None = N
                 ops[op] = ops.get(op, 0) + 1
                 w.nodes += 1
     facts = Facts(ops, fields, w.longest, w.ts_depth, w.nodes, w.long_sum, first, root_call, w.root_closed,
-                  w.after_root, w.ts_open)
+                  w.after_root, w.ts_open, window_end)
     return facts, kept
 
 
@@ -256,6 +263,34 @@ def unmet(c: Contract, ops: Mapping[str, int], fields: set[str], longest: float)
     return out
 
 
+def nodes_needed(c: Contract, f: Facts) -> int:
+    """The fewest nodes that text appended to a prefix with facts `f` adds to meet the requirements it has not
+    met (a lower bound; `f.nodes` counts no literal, so their sum bounds the whole formula's from below): an
+    operator required is a call or infix node with an operand of its own (a literal is not an operand a
+    call may take alone, `dsl.degenerate`), each call an operator count still lacks is one more, the horizon's
+    window is a time-series call and its operand unless the text ends in a window's literal still being
+    written or a time-series call is open (its window is still to come), and each field still needed
+    (`fields_needed`) a node of its own."""
+    need = 2 if any(not any(f.ops.get(o, 0) for o in g) for g in c.require_ops) else 0
+    lacking = sum(max(0, lo - f.ops.get(op, 0)) for op, lo, _ in c.op_counts)
+    if lacking:
+        need = max(need, lacking + 1)
+    if f.max_window < c.window[0] and not f.window_end and not f.ts_open:
+        need = max(need, 2)
+    return max(need, fields_needed(c, f))
+
+
+def fields_needed(c: Contract, f: Facts) -> int:
+    """The fewest distinct fields that text appended to a prefix with facts `f` adds: those the distinct-field
+    minimum still lacks, or one per required group of fields the prefix lacks that shares no field with
+    another counted (groups without a common field cannot be met by one field)."""
+    apart: list[frozenset[str]] = []
+    for g in c.require_fields:
+        if not g & f.fields and not any(g & h for h in apart):
+            apart.append(g)
+    return max(c.distinct_fields[0] - len(f.fields - {"sector"}), len(apart))
+
+
 def violation(c: Contract, f: Facts) -> str | None:
     """A broken rule that no appended text can repair, or None."""
     bad = sorted(c.forbid_ops & set(f.ops))
@@ -271,12 +306,16 @@ def violation(c: Contract, f: Facts) -> str | None:
         return f"window {f.max_window:g} is longer than {c.window[1]:.0f}"
     if len(f.fields - {"sector"}) > c.distinct_fields[1]:
         return f"more than {c.distinct_fields[1]} distinct fields"
+    if c.distinct_fields[1] < UNLIMITED and len(f.fields - {"sector"}) + fields_needed(c, f) > c.distinct_fields[1]:
+        return f"no room left for the fields still required (at most {c.distinct_fields[1]} distinct fields)"
     if c.long_price_sums is not None and f.long_sum is not None and f.long_sum[2] > c.long_price_sums:
         return f"{f.long_sum[0]}({f.long_sum[1]}, {f.long_sum[2]:g}) is a long price sum"
     if f.ts_depth > c.max_ts_nesting:
         return f"nests {f.ts_depth} time-series operators"
     if f.nodes > c.max_nodes:
         return f"more than {c.max_nodes} nodes"
+    if c.max_nodes < UNLIMITED and f.nodes + nodes_needed(c, f) > c.max_nodes:
+        return f"a requirement unmet needs more than the {c.max_nodes - f.nodes} nodes left"
     if c.root is not None and f.first is not None:
         if not c.root.startswith(f.first) or (f.root_call and f.first != c.root):
             return f"outermost operator is not {c.root}"
@@ -693,7 +732,19 @@ class ContractChecker(PrefixChecker):
         # the answer is written into it
         m = _PARTIAL_NAME.search(formula)
         return m is None or any(violation(self.contract, ended(f, name)) is None
-                                for name in self._completions(m.group(0).lower()))
+                                for name in self._endings(m.group(0).lower(), f))
+
+    def _endings(self, cut: str, f: Facts) -> list[str]:
+        """The ways a cut-off name can end that the contract tells apart (`_completions` gives the parser one of
+        each kind): every allowed field it can become (which field decides the distinct-field room), and a
+        call that meets a requirement still unmet where one can be written from it."""
+        c, out = self.contract, self._completions(cut)
+        out += [x for x in self.fields if x.startswith(cut) and x not in out and self.allows(x)]
+        wanted = {o for g in c.require_ops if not any(f.ops.get(x, 0) for x in g) for o in g}
+        wanted |= {op for op, lo, _ in c.op_counts if f.ops.get(op, 0) < lo}
+        call = next((fn for fn in FUNCTIONS if fn.startswith(cut) and ALIASES.get(fn, fn) in wanted
+                     and self.allows(ALIASES.get(fn, fn) + "(")), None)
+        return out if call is None else [*out, call + "("]
 
     def _complies(self, formula: str) -> bool:
         ast = self.parsed(formula)

@@ -33,7 +33,7 @@ from alphagym.panel import DSL_FIELDS
 OPEN, CLOSE = "<alpha>", "</alpha>"
 _LEADING_SPACE = 4            # a chat model may start with a space or a newline; not with a page of them
 _PARTIAL_NAME = re.compile(r"(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]*)?\Z")
-_FUNCTIONS = tuple(sorted({*(n for n, s in OPS.items() if s.infix is None and n not in ("neg", "where")),
+FUNCTIONS = tuple(sorted({*(n for n, s in OPS.items() if s.infix is None and n not in ("neg", "where")),
                            *ALIASES}))
 # tried in this order when finishing an answer: close what is open, then supply what is missing
 # (a missing operand is ` returns` before ` 1`: a literal would leave `rank( 1` a call the parser refuses as
@@ -240,7 +240,7 @@ class PrefixChecker:
         field = next((f for f in self.fields if f.startswith(name) and self.allows(f)), None)
         if field:
             out.append(field)
-        fn = next((f for f in _FUNCTIONS if f.startswith(name) and self.allows(ALIASES.get(f, f) + "(")), None)
+        fn = next((f for f in FUNCTIONS if f.startswith(name) and self.allows(ALIASES.get(f, f) + "(")), None)
         if fn:
             out.append(fn + "(")
         adv = "adv20" if "adv20".startswith(name) else name if re.fullmatch(r"adv\d+", name) else None
