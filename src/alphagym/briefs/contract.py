@@ -11,15 +11,19 @@ contract added, so the sampler that keeps answers grammatical keeps them complia
   prefix's tokens): a forbidden operator or field, an operator used more often than allowed, a window
   longer than the horizon allows, more distinct fields than allowed, a smoothed bare price over more
   sessions than allowed, time-series operators nested deeper than allowed, more nodes than allowed, an
-  outermost operator other than the required one, or an outermost call closed while a requirement is
-  still unmet. These counts only grow as text is appended, so a prefix refused here has no compliant
-  completion; that is what keeps the sampler from writing into a formula it would have to throw away. A
-  name cut off at the end counts as each way it can end (`ended`): `vwa` under "two fields" after two
-  fields is refused while it is written, not one token after it, when no continuation could save it.
+  outermost operator other than the required one, an outermost call closed while a requirement is
+  still unmet, or requirements unmet that need more distinct fields or nodes than the brief leaves
+  (`fields_needed`, `nodes_needed`: lower bounds, never more than a compliant formula adds after any of its
+  prefixes, which a test checks). These counts only grow as text is appended, so a prefix refused here has
+  no compliant completion; that is what keeps the sampler from writing into a formula it would have to
+  throw away. A name cut off at the end counts as each way it can end (`ended`, `_endings`): `vwa` under
+  "two fields" after two fields is refused while it is written, not one token after it, when no
+  continuation could save it.
 - **Requirements the model has not met are met by the completion** ("must use volume", "exactly one
   ts_corr", the horizon's window): the closing search (`PrefixChecker.completion`) also tries appending
   a witness as an operand (` + W`): first one built for what the prefix still lacks within the room it
-  leaves (`residual`), then the brief's own, short formulas that meet the whole contract by themselves. The
+  leaves (`residual`), then the brief's own, short formulas that meet the whole contract by themselves;
+  where a time-series call is open and the horizon's window still lacking, first that window (`, 168`). The
   witnesses come from a fixed library of small formulas (`library`) filtered by the contract's facts; a
   brief for which the library has none is a `BriefError` when it is compiled, which the brief generator
   never draws (`generate.contradicts`; a test checks that the two agree on every catalogue combination).
@@ -57,6 +61,7 @@ from alphagym.panel import DSL_FIELDS, PRICE_LEVEL_FIELDS
 
 _INFIX = {s.infix: n for n, s in OPS.items() if s.infix}
 _INFIX["?"] = "where"
+_INFIX_OPS = frozenset(_INFIX.values())
 _PARAMETERS = frozenset({"scale", "min", "max"})     # calls whose second argument may be a parameter, not a node
 UNLIMITED = 10**9
 
@@ -123,6 +128,9 @@ class Facts:
     after_root: bool = False                    # ... and a token after it
     ts_open: int = 0                            # time-series calls still open at the end
     window_end: bool = False                    # the text ends in a window's literal (digits may follow)
+    operand_due: bool = True                    # an operand may start where the text ends (or a name there may
+                                                # still become a call)
+    free_slot: bool = True                      # an open call or '?' still takes another operand after this one
 
 
 class Walk:
@@ -130,7 +138,7 @@ class Walk:
     (per open '(': its operator or None, and the argument index reached)."""
 
     __slots__ = ("ops", "fields", "stack", "longest", "ts_open", "ts_depth", "nodes", "long_sum", "root_closed",
-                 "after_root")
+                 "after_root", "ternary_open")
 
     def __init__(self) -> None:
         self.ops: dict[str, int] = {}
@@ -139,12 +147,14 @@ class Walk:
         self.longest, self.ts_open, self.ts_depth, self.nodes = 0.0, 0, 0, 0
         self.long_sum: tuple[str, str, float] | None = None
         self.root_closed = self.after_root = False
+        self.ternary_open = 0                  # '?' still waiting for its ':' and the operand after it
 
     def copy(self) -> Walk:
         w = Walk()
         w.ops, w.fields, w.stack = dict(self.ops), set(self.fields), list(self.stack)
         w.longest, w.ts_open, w.ts_depth, w.nodes = self.longest, self.ts_open, self.ts_depth, self.nodes
         w.long_sum, w.root_closed, w.after_root = self.long_sum, self.root_closed, self.after_root
+        w.ternary_open = self.ternary_open
         return w
 
 
@@ -224,16 +234,31 @@ def scan(tokens: list[Token], text_end: int, resume: tuple[int, Walk] | None = N
                 if stack:
                     stack[-1] = (stack[-1][0], stack[-1][1] + 1)
             elif s == ":":
-                pass
+                w.ternary_open -= 1
             elif s == "-" and (prev is None or (prev.kind == "op" and prev.text != ")")):
-                pass                                     # unary: a literal's sign or a neg node
+                # unary: a literal's sign, or a neg node; surely one before a name (`dsl.parser`: `-name`)
+                w.nodes += nxt is not None and nxt.kind == "name"
             elif s in _INFIX:
                 op = _INFIX[s]
+                w.ternary_open += s == "?"
                 ops[op] = ops.get(op, 0) + 1
                 w.nodes += 1
+    last = toks[-1] if toks else None
+    due = last is None or (last.pos + len(last.text) >= text_end if last.kind == "name"
+                           else last.kind == "op" and last.text != ")")
     facts = Facts(ops, fields, w.longest, w.ts_depth, w.nodes, w.long_sum, first, root_call, w.root_closed,
-                  w.after_root, w.ts_open, window_end)
+                  w.after_root, w.ts_open, window_end, due,
+                  w.ternary_open > 0 or any(_takes_another(op, k) for op, k in stack))
     return facts, kept
+
+
+def _takes_another(op: str | None, k: int) -> bool:
+    """Whether an open call at argument index `k` takes another operand after it (a window or a parameter is
+    none; a parenthesis that opens no call takes none; an unknown call is given the benefit of the doubt)."""
+    if op is None:
+        return False
+    spec = OPS.get(op)
+    return spec is None or k < spec.arity - 1
 
 
 def ended(f: Facts, name: str) -> Facts:
@@ -241,13 +266,14 @@ def ended(f: Facts, name: str) -> Facts:
     `adv<d>`, or a call `op(`), without lexing the prefix again."""
     if name.endswith("("):
         op = ALIASES.get(name[:-1], name[:-1])
-        return replace(f, ops={**f.ops, op: f.ops.get(op, 0) + 1}, nodes=f.nodes + 1)
+        return replace(f, ops={**f.ops, op: f.ops.get(op, 0) + 1}, nodes=f.nodes + 1, operand_due=True)
     if re.fullmatch(r"adv\d+", name):                 # ts_mean(close * volume, d), as `scan` counts it
         ops = {**f.ops, "ts_mean": f.ops.get("ts_mean", 0) + 1, "mul": f.ops.get("mul", 0) + 1}
         return replace(f, ops=ops, fields=f.fields | {"close", "volume"}, nodes=f.nodes + 4,
-                       max_window=max(f.max_window, float(name[3:])), ts_depth=max(f.ts_depth, f.ts_open + 1))
+                       max_window=max(f.max_window, float(name[3:])), ts_depth=max(f.ts_depth, f.ts_open + 1),
+                       operand_due=False)
     if name in FIELDS:
-        return replace(f, fields=f.fields | {name}, nodes=f.nodes + 1)
+        return replace(f, fields=f.fields | {name}, nodes=f.nodes + 1, operand_due=False)
     return f
 
 
@@ -271,13 +297,19 @@ def nodes_needed(c: Contract, f: Facts) -> int:
     window is a time-series call and its operand unless the text ends in a window's literal still being
     written or a time-series call is open (its window is still to come), and each field still needed
     (`fields_needed`) a node of its own."""
-    need = 2 if any(not any(f.ops.get(o, 0) for o in g) for g in c.require_ops) else 0
+    unmet_ops = [g for g in c.require_ops if not any(f.ops.get(o, 0) for o in g)]
+    need = 2 if unmet_ops else 0
     lacking = sum(max(0, lo - f.ops.get(op, 0)) for op, lo, _ in c.op_counts)
     if lacking:
         need = max(need, lacking + 1)
     if f.max_window < c.window[0] and not f.window_end and not f.ts_open:
         need = max(need, 2)
-    return max(need, fields_needed(c, f))
+    need = max(need, fields_needed(c, f))
+    # what is added after a whole operand, where no open call takes another, is joined by an operator node,
+    # counted above when it may be one the brief asks for
+    joins = any(g & _INFIX_OPS for g in unmet_ops) or any(op in _INFIX_OPS and f.ops.get(op, 0) < lo
+                                                         for op, lo, _ in c.op_counts)
+    return need + 1 if need and not joins and not f.operand_due and not f.free_slot else need
 
 
 def fields_needed(c: Contract, f: Facts) -> int:
@@ -706,9 +738,6 @@ class ContractChecker(PrefixChecker):
             if "mechanism" in brief else ()
         self.witness_pieces = tuple(f" + {w}" for w in dict.fromkeys([*own, *witnesses(contract, self.limits)]))
 
-    def repair_pieces(self) -> tuple[str, ...]:
-        return self.witness_pieces
-
     def continues(self, formula: str) -> bool:
         # the contract's own rules first: reading the facts costs less than the prefix parse
         return self._keeps(formula) and self.viable(formula)
@@ -821,6 +850,10 @@ class ContractChecker(PrefixChecker):
                                       *self.witness_pieces]))
         if body.rstrip()[-1:] in OPERAND_DUE:     # an operand is due: the witness is it (not ` + W`, a unary plus)
             return tuple(" " + w[3:] for w in pieces)
+        if f.ts_open and f.max_window < self.contract.window[0]:
+            # an open time-series call may take the horizon's window itself: no new node, under a node limit
+            # the only way left
+            return (f", {math.ceil(self.contract.window[0])}", *pieces)
         return pieces
 
 

@@ -183,10 +183,6 @@ class PrefixChecker:
         done = search(start, 0, "")
         return None if done is None else done[len(text):]
 
-    def repair_pieces(self) -> tuple[str, ...]:
-        """Every piece `repairs` may offer (the sampler bounds how fast a completion can grow by them)."""
-        return ()
-
     def allows(self, name: str) -> bool:
         """Whether a field (`close`, `adv20`) or a call (`ts_mean(`) may appear at all: always, here; a brief's checker
         refuses its forbidden ones, so a cut-off name whose every completion is forbidden is not viable."""
