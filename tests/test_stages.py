@@ -34,6 +34,12 @@ def writes_both(params, deps, outs, run):
     return {"ok": True}
 
 
+def writes_its_code(params, deps, outs, run):
+    outs["first"].write_text(run.code)
+    (outs["folder"] / "a.txt").write_text("a")
+    return {}
+
+
 def _rows(tmp_path: Path, func: str) -> list[Stage]:
     outs = {"first": f"{tmp_path}/r/first.txt", "folder": f"{tmp_path}/r/folder"}
     return [Stage("demo", f"test_stages:{func}", {}, outs, ("seed",), (), directories=("folder",))]
@@ -51,6 +57,26 @@ def test_outputs_appear_only_when_the_stage_completes(params, tmp_path):
     assert out["ok"] and (tmp_path / "r/first.txt").read_text() == f"seed {params['seed']}"
     assert (tmp_path / "r/folder/a.txt").read_text() == "a"
     assert not any((Path(params["paths"]["results"]) / ".staging").iterdir())     # staging cleaned up
+
+
+def test_a_stage_is_handed_the_digest_of_the_code_it_declares(params, tmp_path, monkeypatch):
+    """`StageRun.code` is the sha256 of the stage's declared code (what a rung's checkpoints must match to be
+    continued, `rl.stage.run_context`): it changes when that code changes."""
+    from alphagym.pipeline import COMMON_CODE, code_hash
+
+    monkeypatch.chdir(tmp_path)
+    mod = Path("src/mod.py")
+    mod.parent.mkdir()
+    mod.write_text("x = 1\n")
+    rows = [Stage("demo", "test_stages:writes_its_code", {}, {"first": f"{tmp_path}/r/first.txt",
+                  "folder": f"{tmp_path}/r/folder"}, ("seed",), ("src/mod.py",), directories=("folder",))]
+    run_stage(params, "demo", rows)
+    first = (tmp_path / "r/first.txt").read_text()
+    assert first == code_hash((*COMMON_CODE, "src/mod.py"), ".") and len(first) == 16
+    mod.write_text("x = 2\n")
+    code_hash.cache_clear()
+    run_stage(params, "demo", rows)
+    assert (tmp_path / "r/first.txt").read_text() not in ("", first)
 
 
 def test_a_stage_killed_between_two_outputs_leaves_neither_old_nor_new(params, tmp_path):

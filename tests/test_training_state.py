@@ -112,6 +112,10 @@ def test_another_recipe_seed_or_context_is_named_not_reused(sft_state, killed_ru
                   work=work, context={"inputs": {"train": "abc"}})
     with pytest.raises(ResumeError, match=r"inputs.train=None there, 'abc' here"):
         ctx.load_checkpoint(work / "checkpoint-000004")
+    code = Trainer(copy.deepcopy(sft_state), ArchiveEnv(), BRIEFS, _recipe(steps=4, checkpoint_every=2), seed=3,
+                   work=work, context={"code": "0123abcd"})            # other code than the checkpoint's
+    with pytest.raises(ResumeError, match=r"code=None there, '0123abcd' here"):
+        code.load_checkpoint(work / "checkpoint-000004")
 
 
 @pytest.mark.parametrize("damage", ["garble trainer_state.pt", "truncate adapter_model.safetensors",

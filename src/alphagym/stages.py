@@ -38,7 +38,7 @@ from typing import Any
 from alphagym.artifacts import check_readable
 from alphagym.config import ParamsView, get, results_dir
 from alphagym.errors import ArtifactError, ConfigError, DataError, StageBusyError, WriteError
-from alphagym.pipeline import RUNGS, Stage, split_replica, stage_table
+from alphagym.pipeline import COMMON_CODE, RUNGS, Stage, code_hash, split_replica, stage_table
 from alphagym.runtime import configure_runtime
 from alphagym.tracking import stage_run
 
@@ -125,7 +125,7 @@ def _run_locked(params: Mapping[str, Any], key: str, stage: Stage, root: Path, r
     hidden = ("rl.recipe", "rl.rungs.") if stage.family == RUNGS else ()
     logged = {k: get(params, k) for k in stage.params if not k.startswith(hidden)}
     try:
-        with stage_run(key, params, logged) as run:
+        with stage_run(key, params, logged, code_hash((*COMMON_CODE, *stage.code))) as run:
             item = {"item": stage.item} if stage.item is not None else {}     # a family member learns its item
             work = {role: Path(p) for role, p in (stage.work or {}).items()}
             for w in work.values():

@@ -69,8 +69,11 @@ def with_lock_retry(fn: Callable[[], T], retries: int, backoff: float) -> T:
 class StageRun:
     """Handle given to a stage: log metrics and artifacts; a no-op when tracking is disabled."""
 
-    def __init__(self, client: Any, run_id: str | None, retries: int, backoff: float) -> None:
+    def __init__(self, client: Any, run_id: str | None, retries: int, backoff: float, code: str = "") -> None:
         self.client, self.run_id, self.retries, self.backoff = client, run_id, retries, backoff
+        # the sha256 of the code the stage runs (its declared code deps): a stage that continues work of an
+        # earlier run (a rung's checkpoints) continues only work of the same code
+        self.code = code
 
     def _call(self, fn: Callable[[], Any]) -> None:
         if self.run_id is not None:
@@ -205,14 +208,15 @@ def _end_stale_runs(client: Any, exp_id: str, stage: str) -> None:
 
 
 @contextlib.contextmanager
-def stage_run(stage: str, params: Params, logged: Mapping[str, Any] | None = None) -> Iterator[StageRun]:
+def stage_run(stage: str, params: Params, logged: Mapping[str, Any] | None = None, code: str = ""
+              ) -> Iterator[StageRun]:
     """Open one MLflow run for a stage execution: FINISHED, FAILED (it raised) or KILLED (interrupted).
 
-    `logged`: the params to record (a stage's declared keys); default every param."""
+    `logged`: the params to record (a stage's declared keys); default every param. `code`: `StageRun.code`."""
     cfg = params.tracking
     retries, backoff = cfg.lock_retries, cfg.lock_backoff_s
     if not cfg.enabled:
-        yield StageRun(None, None, retries, backoff)
+        yield StageRun(None, None, retries, backoff, code)
         return
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     from mlflow.entities import Param, RunTag
@@ -224,7 +228,7 @@ def stage_run(stage: str, params: Params, logged: Mapping[str, Any] | None = Non
             "mlflow.runName": stage,
             "alphagym.pid": str(os.getpid()), "alphagym.host": socket.gethostname()}
     run = with_lock_retry(lambda: client.create_run(exp_id, tags=tags, run_name=stage), retries, backoff)
-    handle = StageRun(client, run.info.run_id, retries, backoff)
+    handle = StageRun(client, run.info.run_id, retries, backoff, code)
     _OPEN[handle.run_id] = handle
     flat = flatten(logged if logged is not None else {k: v for k, v in params.items() if k != "profiles"})
     plist = [Param(k[:250], v) for k, v in flat.items()]

@@ -40,8 +40,9 @@ from alphagym.verifier.verifier import Verifier
 
 
 def build_trainer(params: Params, deps: dict[str, Path], item: str, work: Path | None,
-                  log: Any = lambda m, s: None) -> Trainer:
-    """The trainer of one rung, or of a seed replica `RUNG-sK` (the same rung with seed + K)."""
+                  log: Any = lambda m, s: None, code: str = "") -> Trainer:
+    """The trainer of one rung, or of a seed replica `RUNG-sK` (the same rung with seed + K); `code`: the
+    digest of the code the stage runs (`StageRun.code`), part of what its checkpoints must match."""
     rung = resolve_rung(params, item)
     recipe = rung.recipe
     set_threads(recipe)
@@ -61,17 +62,19 @@ def build_trainer(params: Params, deps: dict[str, Path], item: str, work: Path |
     env = VerifierEnv(verifier, cat, params.briefs.horizon_tolerance, cache=recipe.score_cache,
                       reward_weights=recipe.reward_weights, idea=IdeaCheck(verifier.panel, cat))
     briefs = read_briefs(deps["briefs_filtered" if recipe.briefs == "filtered" else "briefs_train"], cat)
-    return Trainer(policy, env, briefs, recipe, seed, work, log, context=run_context(params, deps))
+    return Trainer(policy, env, briefs, recipe, seed, work, log, context=run_context(params, deps, code))
 
 
-def run_context(params: Params, deps: dict[str, Path]) -> dict[str, Any]:
+def run_context(params: Params, deps: dict[str, Path], code: str = "") -> dict[str, Any]:
     """What a checkpoint must have been trained on, besides its recipe and seed, to be continued: the stage's
-    other params (the verifier's costs, CPCV, ...) and the sha256 of every input (the panel, the archive, the
-    worlds, the briefs, the SFT policy). A rerun after any of them changed starts afresh or stops, never
+    other params (the verifier's costs, CPCV, ...), the sha256 of every input (the panel, the archive, the
+    worlds, the briefs, the SFT policy) and of the code the stage runs (`StageRun.code`; the decoder that
+    wrote its answers, the losses). A rerun after any of them changed starts afresh or stops, never
     continues another run's work (`Trainer.read_checkpoint`)."""
     others = {k: v for k, v in to_builtin(params).items() if k not in ("seed", "rl")}
     others["rl"] = {k: v for k, v in to_builtin(params.rl).items() if k not in ("recipe", "rungs")}
-    return {"params": others, "inputs": {role: digest(path) for role, path in sorted(deps.items())}}
+    ctx: dict[str, Any] = {"params": others, "inputs": {role: digest(path) for role, path in sorted(deps.items())}}
+    return {**ctx, "code": code} if code else ctx
 
 
 def train(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: StageRun, item: str) -> dict[str, Any]:
@@ -85,7 +88,7 @@ def train(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
         with log_path.open("a") as f:
             f.write(json.dumps({"step": step, **metrics}, sort_keys=True) + "\n")
 
-    trainer = build_trainer(params, deps, item, work, log)
+    trainer = build_trainer(params, deps, item, work, log, run.code)
     last, skipped = trainer.resume()
     for folder, why in skipped:
         print(f"rung {item}: skipped and removed the unusable checkpoint {folder}: {why}")
