@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from alphagym.dsl.canonical import fields_used
 from alphagym.dsl.errors import DslError
 from alphagym.dsl.parser import parse
 from alphagym.dsl.prefix import _CLOSING_PIECES, CLOSE, OPEN, PrefixChecker, hopeless
@@ -89,6 +90,27 @@ def test_every_prefix_state_and_parse_outcome_is_as_pinned():
     joined = "".join(r["states"] for r in rows)
     assert {"x", "o", "d"} <= set(joined) and sum(r["parse"].startswith("ok") for r in rows) > 100
     assert sum(not r["parse"].startswith("ok") for r in rows) > 100
+
+
+def test_the_checkers_tree_is_the_full_parses_on_every_prefix():
+    """`PrefixChecker.parsed` takes the prefix-mode parse's tree (with the whole formula's depth and lookback
+    checked) instead of parsing again: on every character prefix of the corpus, in a shuffled order (its
+    finished calls reused across texts), it is the tree `parse` gives, or None exactly where `parse` raises
+    or the formula reads a field the panel lacks."""
+    texts = [f[:k] for f in corpus() for k in range(1, len(f) + 1)]
+    np.random.default_rng(1).shuffle(texts)
+    checker, wrong, trees = PrefixChecker(), [], 0
+    for text in texts:
+        try:
+            want = parse(text)
+            if any(f in checker.unavailable for f in fields_used(want)):
+                want = None
+        except DslError:
+            want = None
+        trees += want is not None
+        if checker.parsed(text) != want:
+            wrong.append(text)
+    assert trees > 200 and not wrong, (len(wrong), wrong[:3])
 
 
 def test_hopeless_pieces_are_dead():

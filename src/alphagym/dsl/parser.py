@@ -464,7 +464,12 @@ def lookback(node: Node) -> int:
 def parse(text: str, limits: Limits | None = None) -> Node:
     """Parse one formula; raises a DslError subclass naming the rule and the position."""
     limits = limits or Limits()
-    ast = _Parser(text, limits).parse()
+    return limited(_Parser(text, limits).parse(), limits, text)
+
+
+def limited(ast: Node, limits: Limits, text: str) -> Node:
+    """The parsed formula `ast` of `text`, once its depth and total lookback are within `limits` (a LimitError
+    otherwise): what `parse` checks of the whole tree."""
     d = depth(ast)
     if d > limits.max_depth:
         raise LimitError(f"expression depth {d} exceeds {limits.max_depth}", 0, text)

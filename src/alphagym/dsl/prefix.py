@@ -26,7 +26,7 @@ from functools import lru_cache
 from alphagym.dsl.ast import Node
 from alphagym.dsl.errors import DslError
 from alphagym.dsl.lexer import Token, tokenize
-from alphagym.dsl.parser import FinishedCalls, Limits, _Parser, parse
+from alphagym.dsl.parser import FinishedCalls, Limits, _Parser, limited
 from alphagym.dsl.registry import ALIASES, FIELDS, GROUPS, OPS
 from alphagym.panel import DSL_FIELDS
 
@@ -210,8 +210,9 @@ class PrefixChecker:
         ast = None
         if formula.strip():
             try:
-                self._prefix_parse(formula)
-                ast = parse(formula, self.limits)
+                # the prefix-mode parse to the end is the full parse's tree (it checks each rule sooner, not
+                # other rules), with the whole formula's depth and lookback limits checked as `parse` does
+                ast = limited(self._prefix_parse(formula), self.limits, formula)
             except DslError:
                 ast = None
         self._parsed = (formula, ast)
@@ -245,10 +246,10 @@ class PrefixChecker:
         out += [c for c in _INDCLASS if c.startswith(name)][:1]
         return out
 
-    def _prefix_parse(self, formula: str) -> None:
+    def _prefix_parse(self, formula: str) -> Node:
         """Parse in prefix mode (raises the DslError where the text breaks), reusing what was parsed before."""
-        _Parser(formula, self.limits, prefix=True, unavailable=self.unavailable, tokens=self._tokens(formula),
-                finished=self.finished).parse()
+        return _Parser(formula, self.limits, prefix=True, unavailable=self.unavailable,
+                       tokens=self._tokens(formula), finished=self.finished).parse()
 
     def _tokens(self, formula: str) -> list[Token]:
         """`tokenize(formula)`, resumed after the formula's last whitespace from the tokens before it."""
