@@ -163,10 +163,10 @@ def scan(tokens: list[Token], text_end: int, resume: tuple[int, Walk] | None = N
     """Facts of a formula prefix from its tokens (the lexer's, 'end' last). A name or number that touches
     the end of the text may still grow: a name is not counted until a token follows it; a number is read
     as written (appending digits only makes a window longer). A token is read with the token after it (a
-    name followed by '(' is a call) and the three before it (a smoother's window over a bare price), so the
-    walk before token i depends on tokens[:i] alone: `resume` (i, walk) starts there from a copy of a walk
-    another prefix with the same tokens[:i] returned, and `mark` asks for the walk before token `mark`
-    (None when the walk started after it)."""
+    name followed by '(' is a call, a '-' before a name a neg node) and the three before it (a smoother's
+    window over a bare price), so the walk before token i depends on tokens[:i + 1] alone: `resume` (i, walk)
+    starts there from a copy of a walk another prefix with the same tokens[:i + 1] returned, and `mark` asks
+    for the walk before token `mark` (None when the walk started after it)."""
     toks = tokens[:-1] if tokens and tokens[-1].kind == "end" else tokens
     first = toks[0].text.lower() if toks else None
     root_call = len(toks) >= 2 and toks[0].kind == "name" and toks[1].text == "("
