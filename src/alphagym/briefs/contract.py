@@ -54,7 +54,15 @@ from alphagym.dsl.canonical import fields_used
 from alphagym.dsl.errors import DslError
 from alphagym.dsl.lexer import Token
 from alphagym.dsl.parser import Limits, parse
-from alphagym.dsl.prefix import _PARTIAL_NAME, FUNCTIONS, OPEN, OPERAND_DUE, PrefixChecker, halves_completed
+from alphagym.dsl.prefix import (
+    _PARTIAL_NAME,
+    FUNCTIONS,
+    OPEN,
+    OPERAND_DUE,
+    PrefixChecker,
+    halves_completed,
+    last_blank,
+)
 from alphagym.dsl.registry import ALIASES, FIELDS, OPS, ts_transforms
 from alphagym.errors import BriefError
 from alphagym.panel import DSL_FIELDS, PRICE_LEVEL_FIELDS
@@ -789,8 +797,7 @@ class ContractChecker(PrefixChecker):
         toks = tokens[:-1] if tokens and tokens[-1].kind == "end" else tokens
         cut, end = len(formula), None
         while True:
-            cut = max(formula.rfind(" ", 0, cut), formula.rfind("\t", 0, cut), formula.rfind("\n", 0, cut),
-                      formula.rfind("\r", 0, cut))
+            cut = last_blank(formula, cut)
             if cut <= 0:
                 resume = None
                 break

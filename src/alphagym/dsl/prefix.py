@@ -74,6 +74,12 @@ def hopeless(body: str, piece: str) -> bool:
     return depth <= 0
 
 
+def last_blank(text: str, end: int) -> int:
+    """The position of the last whitespace character of `text[:end]`, or -1: no token spans one, so lexing
+    (and what is read off the tokens) can resume there."""
+    return max(text.rfind(" ", 0, end), text.rfind("\t", 0, end), text.rfind("\n", 0, end), text.rfind("\r", 0, end))
+
+
 def halves_completed(formula: str) -> str:
     """The formula with a token cut in half at its end completed ('x |' -> 'x ||', 'x <.' -> 'x <.1'), or
     unchanged when there is none."""
@@ -255,7 +261,7 @@ class PrefixChecker:
         """`tokenize(formula)`, resumed after the formula's last whitespace from the tokens before it."""
         if self._lexed is not None and self._lexed[0] == formula:
             return self._lexed[1]
-        cut = max(formula.rfind(" "), formula.rfind("\t"), formula.rfind("\n"), formula.rfind("\r"))
+        cut = last_blank(formula, len(formula))
         limits = self.limits
         if self.heads is None or cut <= 0 or len(formula) > limits.max_chars:
             return tokenize(formula, limits.max_tokens, limits.max_chars)
@@ -273,8 +279,7 @@ class PrefixChecker:
             return head
         limits, cut, missed = self.limits, len(text), [len(text)]
         while True:                    # back to the last whitespace before which the text was lexed
-            cut = max(text.rfind(" ", 0, cut), text.rfind("\t", 0, cut), text.rfind("\n", 0, cut),
-                      text.rfind("\r", 0, cut))
+            cut = last_blank(text, cut)
             head = self.heads.get(text[:cut]) if cut > 0 else []
             if head is not None:
                 break
