@@ -330,6 +330,21 @@ def test_the_watch_spacing_under_briefs_writes_what_a_search_at_every_token_writ
     assert 0 < growth[1] <= bound, growth                    # the bound held at every token
 
 
+def test_forced_late_counts_the_answers_cut_at_the_cap(cat):
+    """`forced_late` counts a forced completion whose text no longer fits the token budget, and such an answer
+    is cut: with a budget too short for the briefs' witnesses (24 tokens), it is at most the answers cut, and
+    at least those cut less the rows that were never forced (their search found nothing). A completion whose
+    text fits but whose end token does not leaves a whole answer, and is not counted."""
+    train, _, _ = generate(cat, Briefs(train=24, holdout=8, holdout_family_share=0.15, horizon_tolerance=TOL), 5)
+    texts = [b["text"] for b in train]
+    pol = _tiny(24, texts)
+    set_decoding(pol, "brief", load_params().dsl.limits, TOL)
+    out = pol.generate(texts, n=2, temperature=1.0, seed=1)
+    cut = sum(not a.rstrip().endswith("</alpha>") for row in out for a in row)
+    late, unforced = pol.decode_stats["forced_late"], 2 * len(texts) - pol.decode_stats["forced"]
+    assert 0 < late and cut - unforced <= late <= cut, (late, cut, unforced)
+
+
 def test_brief_decoding_keeps_each_rows_own_brief_and_leaves_free_text_to_the_grammar(cat):
     """Sampled answers (an untrained policy, so the contract does all the steering): every answer that ends
     valid passes every hard check of its own brief, with briefs of different contracts side by side in a

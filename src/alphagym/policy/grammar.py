@@ -29,7 +29,7 @@ this `growth_max`: the most a row's completion grew, per token written, between 
 search that leaves `slack` ≤ GROWTH tokens forces the completion there, while it fits (one more token could
 grow it past what is left), and one that leaves more is followed by the next `slack // (GROWTH + 1)` tokens
 later (at least 1), before the slack can have fallen to GROWTH; `watch_searches` counts the searches, and
-`forced_late` the completions forced with fewer tokens left than they need (cut at the cap, invalid: the
+`forced_late` the completions forced whose text needs more tokens than are left (cut at the cap, invalid: the
 bound failed, or no completion was found until the closing phase). A row lacking a requirement of
 its brief (`PrefixChecker.lacks`) is watched from a quarter of the budget on, any other from half. No
 search is needed while the completion found last still finishes the answer (as it stands, or less what the
@@ -205,8 +205,9 @@ class GrammarSampler:
         queue = self._completion(b, row) if queue is None else queue
         self.forced[b] = queue or []
         self.stats["forced"] += queue is not None
-        # a completion longer than the tokens left is cut at the cap: the answer ends invalid
-        self.stats["forced_late"] += queue is not None and len(row) + len(queue) > self.max_new_tokens > 0
+        # a completion whose text (the queue but its end token) is longer than the tokens left is cut at the
+        # cap: the answer ends invalid
+        self.stats["forced_late"] += queue is not None and len(row) + len(queue) - 1 > self.max_new_tokens > 0
 
     def _next_forced(self, b: int, row: list[int]) -> int | None:
         """The next token of row `b`'s forced completion (computed when its closing phase begins, or
