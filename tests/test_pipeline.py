@@ -17,6 +17,8 @@ import pytest
 import yaml
 
 from alphagym.config import load_params
+from alphagym.dsl.parser import parse
+from alphagym.dsl.printer import plain
 from alphagym.pipeline import HOLDOUT_READERS, SPECS, dvc_yaml, specs_yaml, stage_table
 from alphagym.tracking import git_commit, stage_run, with_lock_retry
 from cfg_helpers import updated
@@ -244,6 +246,8 @@ def test_snakemake_refuses_a_config_key_the_stages_would_not_read(root, tmp_path
 
 FAMILY_ROWS = '''
 from alphagym.config import load_params
+from alphagym.dsl.parser import parse
+from alphagym.dsl.printer import plain
 from alphagym.pipeline import stage_rows
 
 
@@ -646,6 +650,8 @@ def test_snakemake_run_reruns_on_params_and_code_and_agrees_with_dvc(root, tmp_p
     [proposed] = json.loads(done.stdout)["briefs"]
     assert proposed["constrained"] == "brief" and proposed["answers"] == 16, proposed
     assert all(r["compliant"] and all(r["checks"].values()) for r in proposed["proposals"]), proposed
+    # the table's form of each answer is the printer's, of the formula as written
+    assert all(r["written"] == plain(parse(r["formula"])) for r in proposed["proposals"]), proposed
     # every dropped answer is accounted for by its reason
     assert proposed["valid"] + sum(proposed.get("invalid", {}).values()) == 16, proposed
     # the report rerun by hand writes the bytes the sender's Snakemake run wrote (.dvcignore: Snakemake's

@@ -281,7 +281,7 @@ def _print_proposals(out: dict[str, Any]) -> None:
             t.add_row(str(i), f"{r['train_cpcv']:+.3f}", f"{r['train_sharpe_net']:+.2f}", f"{r['turnover']:.2f}",
                       f"{r['beta']:+.2f}", str(r["count"]), checks,
                       f"{r['idea_fidelity']:.2f}{' on' if r['on_mechanism'] else ''}" if "idea_fidelity" in r else "-",
-                      r["formula"])
+                      r["written"])
         con.print(t)
     if "book" in out:
         bk = out["book"]

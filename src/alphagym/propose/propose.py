@@ -34,6 +34,8 @@ from alphagym.briefs.catalogue import Catalogue, load_catalogue
 from alphagym.briefs.compliance import CHECKS, BriefChecker
 from alphagym.briefs.generate import contradicts, json_object, read_text, render
 from alphagym.briefs.idea import IdeaCheck
+from alphagym.dsl.parser import parse
+from alphagym.dsl.printer import plain
 from alphagym.errors import BriefError, PolicyError
 from alphagym.params import Params
 from alphagym.policy.model import META, Policy, load_policy, set_decoding
@@ -147,7 +149,10 @@ def load_proposer(params: Params, shipped: Path, sft_folder: Path, checkpoint: P
 def _card_row(card: Any, count: int, tau: float) -> dict[str, Any]:
     m = card.metrics
     checks = {c: bool(m[f"compliance/{c}"]) for c in CHECKS if f"compliance/{c}" in m}
-    row = {"formula": card.formula, "canonical": card.canonical, "count": count,
+    # `written`: the formula as the printer writes its tree (lower case, one spacing; windows as written,
+    # unlike `canonical`), what the table shows of an answer the model may have written in mixed case
+    row = {"formula": card.formula, "written": plain(parse(card.formula)), "canonical": card.canonical,
+           "count": count,
            "train_cpcv": card.channels["cpcv"], "train_sharpe_net": m.get("sharpe_net"),
            "turnover": m.get("turnover"), "beta": m.get("beta"), "ic": m.get("ic"),
            "compliant": bool(m["compliant"]) if "compliant" in m else None, "checks": checks}
