@@ -106,8 +106,9 @@ class Catalogue:
         try:
             return self.rows[part][key]
         except KeyError:
-            raise BriefError(f"unknown {part[:-1] if part.endswith('s') else part} id {key!r} (catalogue has "
-                             f"{', '.join(self.rows.get(part, {}))})", field=part) from None
+            field = part[:-1] if part.endswith("s") else part          # the brief's field: `mechanisms` -> mechanism
+            raise BriefError(f"unknown {field} id {key!r} (catalogue has {', '.join(self.rows.get(part, {}))})",
+                             field=field) from None
 
 
 def _problems(e: ValidationError) -> str:
