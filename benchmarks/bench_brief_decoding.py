@@ -7,9 +7,10 @@ RL trainer samples under `policy.decoding: brief`). Each round takes the next 4 
 fresh checkers (a rung meets new texts at every step). Reported: medians and p90 of the seconds a batch, the
 per-round ratios brief / grammar and brief / grammar_traced, and the share of valid answers that pass every
 hard check of their brief on each side (train-window validity is not scored here: a parseable formula
-counts), the watch searches a batch, `forced_late` (completions forced with fewer tokens left than they need: cut
-at the cap) and `growth_max` (`policy.grammar`: the most one written token grew a
-row's completion between two searches of it). `--dense-watch` searches a watched row at every token (no
+counts), the watch searches a batch, `forced_late` (completions forced with fewer tokens left than their
+text needs: cut at the cap), `forced_lacking` (answers still lacking a requirement of their brief when their
+completion was forced: the decoder wrote it) and `growth_max` (`policy.grammar`: the most one written token
+grew a row's completion between two searches of it). `--dense-watch` searches a watched row at every token (no
 spacing), which is how the growth bound `grammar.GROWTH` is observed; its timings are not the decoder's. Needs
 the pipeline's SFT policy and filtered briefs (`make run` up to `filter`; `--briefs` names another brief
 file, e.g. the training briefs).
@@ -79,7 +80,7 @@ def main() -> int:
     times: dict[str, list[float]] = {s: [] for s in SIDES}
     kept: dict[str, list[bool]] = {s: [] for s in SIDES}
     searches: dict[str, list[float]] = {s: [] for s in SIDES}
-    late = dict.fromkeys(SIDES, 0.0)
+    late, lacking = dict.fromkeys(SIDES, 0.0), dict.fromkeys(SIDES, 0.0)
     growth = dict.fromkeys(SIDES, 0.0)
     for r in range(args.rounds):
         batch = [briefs[(r * k + i) % len(briefs)] for i in range(k)]
@@ -94,6 +95,7 @@ def main() -> int:
             searches[side].append(policy.decode_stats.get("watch_searches", 0))
             growth[side] = max(growth[side], policy.decode_stats.get("growth_max", 0.0))
             late[side] += policy.decode_stats.get("forced_late", 0)
+            lacking[side] += policy.decode_stats.get("forced_lacking", 0)
             for text, answers in zip(batch, out):
                 fields = read_text(cat, text)
                 kept[side] += [c for c in (compliant(a, fields, cat, tol) for a in answers) if c is not None]
@@ -105,6 +107,8 @@ def main() -> int:
         print(f"brief_decoding_{s}_watch_searches_median={np.median(searches[s]):.0f}")
         print(f"brief_decoding_{s}_growth_max={growth[s]:.2f}")
         print(f"brief_decoding_{s}_forced_late={late[s]:.0f}  (completions longer than the tokens left)")
+        print(f"brief_decoding_{s}_forced_lacking={lacking[s]:.0f}  (answers whose brief requirement the decoder "
+              f"wrote, of {args.rounds * k * n})")
     for ref in ("grammar", "grammar_traced"):
         ratio = [a / b for a, b in zip(times["brief"], times[ref], strict=True)]
         print(f"brief_decoding_over_{ref}_median={np.median(ratio):.2f}")

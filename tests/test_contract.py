@@ -330,11 +330,12 @@ def test_the_watch_spacing_under_briefs_writes_what_a_search_at_every_token_writ
     assert 0 < growth[1] <= bound, growth                    # the bound held at every token
 
 
-def test_forced_late_counts_the_answers_cut_at_the_cap(cat):
+def test_forced_late_counts_the_answers_cut_at_the_cap_and_forced_lacking_the_requirements_written(cat):
     """`forced_late` counts a forced completion whose text no longer fits the token budget, and such an answer
     is cut: with a budget too short for the briefs' witnesses (24 tokens), it is at most the answers cut, and
     at least those cut less the rows that were never forced (their search found nothing). A completion whose
-    text fits but whose end token does not leaves a whole answer, and is not counted."""
+    text fits but whose end token does not leaves a whole answer, and is not counted. `forced_lacking` counts
+    the forced completions that supply a requirement of the brief the answer still lacked."""
     train, _, _ = generate(cat, Briefs(train=24, holdout=8, holdout_family_share=0.15, horizon_tolerance=TOL), 5)
     texts = [b["text"] for b in train]
     pol = _tiny(24, texts)
@@ -343,6 +344,13 @@ def test_forced_late_counts_the_answers_cut_at_the_cap(cat):
     cut = sum(not a.rstrip().endswith("</alpha>") for row in out for a in row)
     late, unforced = pol.decode_stats["forced_late"], 2 * len(texts) - pol.decode_stats["forced"]
     assert 0 < late and cut - unforced <= late <= cut, (late, cut, unforced)
+    # the untrained policy meets no requirement by itself: nearly every forced completion writes one; the
+    # grammar alone has none to write
+    assert 0.5 * pol.decode_stats["forced"] < pol.decode_stats["forced_lacking"] <= pol.decode_stats["forced"]
+    set_decoding(pol, "grammar", load_params().dsl.limits, TOL)
+    pol.decode_stats.clear()
+    pol.generate(texts, n=2, temperature=1.0, seed=1)
+    assert pol.decode_stats["forced"] > 0 and pol.decode_stats["forced_lacking"] == 0
 
 
 def test_brief_decoding_keeps_each_rows_own_brief_and_leaves_free_text_to_the_grammar(cat):

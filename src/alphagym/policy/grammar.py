@@ -117,7 +117,7 @@ class GrammarSampler:
         self.missed: dict[int, int] = {}             # batch row -> its watch searches in a row that found nothing
         self.searched: dict[int, tuple[int, int]] = {}  # batch row -> (answer length, completion length) found last
         self.stats = {"draws": 0, "steered": 0, "rejections": 0, "dead_ends": 0, "forced": 0,
-                      "forced_late": 0, "watch_searches": 0, "growth_max": 0.0}
+                      "forced_late": 0, "forced_lacking": 0, "watch_searches": 0, "growth_max": 0.0}
         # token -> its own text when appending it is exact (ASCII, not an added token), else None; None
         # for the whole map when the tokenizer does not concatenate
         self.pieces: dict[int, str | None] | None = {} if concatenates(tokenizer) else None
@@ -208,6 +208,8 @@ class GrammarSampler:
         # a completion whose text (the queue but its end token) is longer than the tokens left is cut at the
         # cap: the answer ends invalid
         self.stats["forced_late"] += queue is not None and len(row) + len(queue) - 1 > self.max_new_tokens > 0
+        # a brief's requirement the model had not met is written by the decoder, not learned (`lacks`)
+        self.stats["forced_lacking"] += queue is not None and self.checker_of(b).lacks(self._text(row))
 
     def _next_forced(self, b: int, row: list[int]) -> int | None:
         """The next token of row `b`'s forced completion (computed when its closing phase begins, or

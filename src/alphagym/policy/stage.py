@@ -79,6 +79,7 @@ def _evaluate_on_holdout(policy: Policy, holdout: list[dict[str, Any]], verifier
     stats["decode_steered_share"] = steered_share(policy.decode_stats)
     stats["decode_dead_ends"] = policy.decode_stats.get("dead_ends", 0)
     stats["decode_forced_late"] = policy.decode_stats.get("forced_late", 0)
+    stats["decode_forced_lacking"] = policy.decode_stats.get("forced_lacking", 0)
     policy.decode_stats.clear()
     free = None
     if params.policy.decoding != "free":

@@ -124,6 +124,8 @@ class Trainer:
             timing["decoding/steered_share"] = steered_share(st)
             timing["decoding/dead_ends"] = float(st.get("dead_ends", 0))
             timing["decoding/forced_late"] = float(st.get("forced_late", 0))     # answers cut at the cap
+            # answers whose brief requirement the decoder's completion wrote (the model had not)
+            timing["decoding/forced_lacking"] = float(st.get("forced_lacking", 0))
             st.clear()
         rounds = replaced = 0
         if self.cfg.refill.enabled:
