@@ -285,9 +285,14 @@ def ended(f: Facts, name: str) -> Facts:
     return f
 
 
+def unmet_ops(c: Contract, ops: Mapping[str, int]) -> list[frozenset[str]]:
+    """The groups of required operators of which a formula with these operator counts uses none."""
+    return [g for g in c.require_ops if not any(ops.get(o, 0) for o in g)]
+
+
 def unmet(c: Contract, ops: Mapping[str, int], fields: set[str], longest: float) -> list[str]:
     """The requirements a formula with these facts has not met yet (empty: all met)."""
-    out = [f"one of {sorted(g)}" for g in c.require_ops if not any(ops.get(o, 0) for o in g)]
+    out = [f"one of {sorted(g)}" for g in unmet_ops(c, ops)]
     out += [f"one of the fields {sorted(g)}" for g in c.require_fields if not (g & fields)]
     out += [f"{op} at least {lo} times" for op, lo, _ in c.op_counts if ops.get(op, 0) < lo]
     if len(fields - {"sector"}) < c.distinct_fields[0]:
@@ -299,14 +304,14 @@ def unmet(c: Contract, ops: Mapping[str, int], fields: set[str], longest: float)
 
 def nodes_needed(c: Contract, f: Facts) -> int:
     """The fewest nodes that text appended to a prefix with facts `f` adds to meet the requirements it has not
-    met (a lower bound; `f.nodes` counts no literal, so their sum bounds the whole formula's from below): an
-    operator required is a call or infix node with an operand of its own (a literal is not an operand a
-    call may take alone, `dsl.degenerate`), each call an operator count still lacks is one more, the horizon's
-    window is a time-series call and its operand unless the text ends in a window's literal still being
-    written or a time-series call is open (its window is still to come), and each field still needed
-    (`fields_needed`) a node of its own."""
-    unmet_ops = [g for g in c.require_ops if not any(f.ops.get(o, 0) for o in g)]
-    need = 2 if unmet_ops else 0
+    met (a lower bound; `f.nodes` counts only nodes sure to be in the parse, so their sum bounds the whole
+    formula's from below): an operator required is a call or infix node with an operand of its own (a literal
+    is not an operand a call may take alone, `dsl.degenerate`), each call an operator count still lacks is one
+    more, the horizon's window is a time-series call and its operand unless the text ends in a window's
+    literal still being written or a time-series call is open (its window is still to come), and each field
+    still needed (`fields_needed`) a node of its own."""
+    groups = unmet_ops(c, f.ops)
+    need = 2 if groups else 0
     lacking = sum(max(0, lo - f.ops.get(op, 0)) for op, lo, _ in c.op_counts)
     if lacking:
         need = max(need, lacking + 1)
@@ -315,7 +320,7 @@ def nodes_needed(c: Contract, f: Facts) -> int:
     need = max(need, fields_needed(c, f))
     # what is added after a whole operand, where no open call takes another, is joined by an operator node,
     # counted above when it may be one the brief asks for
-    joins = any(g & _INFIX_OPS for g in unmet_ops) or any(op in _INFIX_OPS and f.ops.get(op, 0) < lo
+    joins = any(g & _INFIX_OPS for g in groups) or any(op in _INFIX_OPS and f.ops.get(op, 0) < lo
                                                          for op, lo, _ in c.op_counts)
     return need + 1 if need and not joins and not f.operand_due and not f.free_slot else need
 
@@ -386,7 +391,7 @@ def residual(c: Contract, f: Facts) -> Contract:
                    for op, lo, hi in c.op_counts)
     room = lambda limit, taken: limit - taken if limit < UNLIMITED else UNLIMITED      # noqa: E731
     return Contract(
-        require_ops=tuple(g for g in c.require_ops if not any(f.ops.get(o, 0) for o in g)),
+        require_ops=tuple(unmet_ops(c, f.ops)),
         require_fields=tuple(g for g in c.require_fields if not g & f.fields),
         forbid_ops=c.forbid_ops | frozenset(op for op, _, hi in counts if hi <= 0),
         forbid_fields=forbid_fields,
@@ -777,7 +782,7 @@ class ContractChecker(PrefixChecker):
         call that meets a requirement still unmet where one can be written from it."""
         c, out = self.contract, self._completions(cut)
         out += [x for x in self.fields if x.startswith(cut) and x not in out and self.allows(x)]
-        wanted = {o for g in c.require_ops if not any(f.ops.get(x, 0) for x in g) for o in g}
+        wanted = {o for g in unmet_ops(c, f.ops) for o in g}
         wanted |= {op for op, lo, _ in c.op_counts if f.ops.get(op, 0) < lo}
         call = next((fn for fn in FUNCTIONS if fn.startswith(cut) and ALIASES.get(fn, fn) in wanted
                      and self.allows(ALIASES.get(fn, fn) + "(")), None)
@@ -794,20 +799,14 @@ class ContractChecker(PrefixChecker):
         formula's whitespace characters: each token the sampler tries, and each witness the completion search
         appends, changes only the end of an answer already read. The walk before the last token ahead of the
         formula's last whitespace is kept (that token is read with the one after it)."""
-        toks = tokens[:-1] if tokens and tokens[-1].kind == "end" else tokens
-        cut, end = len(formula), None
-        while True:
-            cut = last_blank(formula, cut)
-            if cut <= 0:
-                resume = None
-                break
-            if end is None:
-                end = cut
-            resume = self.walks.get(formula[:cut])
-            if resume is not None:
-                break
-        if end is None:
+        end = last_blank(formula, len(formula))
+        if end <= 0:
             return scan(tokens, len(formula))[0]
+        cut, resume = end, self.walks.get(formula[:end])
+        while resume is None and cut > 0:
+            cut = last_blank(formula, cut)
+            resume = self.walks.get(formula[:cut]) if cut > 0 else None
+        toks = tokens[:-1] if tokens and tokens[-1].kind == "end" else tokens
         mark = len(toks)
         while mark and toks[mark - 1].pos >= end:
             mark -= 1
