@@ -205,7 +205,9 @@ def _train_outputs(table) -> None:
     tr = table["train@cispo_repo"].outs
     Path(tr["log"]).write_text("".join(json.dumps({"step": s, "reward": 0.1 * s, "core_score/mean": 0.0,
                                                    "kl": 0.0, "entropy": 1.0, "repo/zeta": 0.01,
-                                                   "frac_nonzero_advantage": 1.0}) + "\n" for s in (1, 2, 3, 4)))
+                                                   "frac_nonzero_advantage": 1.0,
+                                                   "decoding/forced_lacking": 2.0, "decoding/forced_late": 0.0})
+                                       + "\n" for s in (1, 2, 3, 4)))
     Path(tr["summary"]).write_text(json.dumps({"steps": 4}))
     gates = Path(table["report"].deps["gates"])
     gates.parent.mkdir(parents=True, exist_ok=True)
@@ -282,6 +284,8 @@ def test_books_and_report_come_from_the_probe_and_mark_a_failed_rung(ladder):
     assert {p.name for p in Path(rep["figures"]).glob("*.png")} == {
         "training_curves.png", "selector_vs_holdout.png", "answer_scores.png", "growth.png", "book_vs_market.png"}
     assert "## Brief compliance by check" in md and "compliance_horizon" in md
+    # the fixture samples under the grammar alone: no requirement for the decoder to write, no such table
+    assert "## Requirements the decoder wrote" not in md
     card = (Path(rep["adapter"]) / "README.md").read_text()
     assert "cispo_repo" in card
     pairs = pd.read_parquet(rep["pairs"])

@@ -127,6 +127,39 @@ def test_the_check_table_names_the_check_compliance_is_lost_on():
     assert rows[1]["compliance_horizon"] == 0.3 and rows[1]["compliance_mechanism"] == 1.0
 
 
+def test_the_decoder_table_gives_the_share_of_answers_whose_requirement_the_decoder_wrote():
+    """First and last steps' share of a step's answers the decoder completed lacking a requirement, over the
+    answers a step samples; a grammar rung (absent from `answers`) and a log without the counts are left out."""
+    from alphagym.report.build import decoder_rows
+
+    log = [{"step": i + 1, "decoding/forced_lacking": 24.0 if i < 50 else 8.0, "decoding/forced_late": float(i == 3)}
+           for i in range(120)]
+    brief, grammar, old = (RungResult(k, k, 0, "sft", "x", log=log) for k in ("brief", "grammar", "old"))
+    old.log = [{"step": i + 1} for i in range(120)]
+    rows = decoder_rows([brief, grammar, old], {"brief": 32, "old": 32})
+    assert [r["rung"] for r in rows] == ["brief"]
+    assert rows[0]["forced_lacking_first"] == pytest.approx(0.75)
+    assert rows[0]["forced_lacking_last"] == pytest.approx(0.25)
+    assert rows[0]["forced_late"] == 1.0 and rows[0]["answers_per_step"] == 32
+    # a shorter run: both windows are the whole run
+    brief.log = log[:10]
+    assert decoder_rows([brief], {"brief": 32})[0]["forced_lacking_last"] == pytest.approx(0.75)
+
+
+def test_the_decoder_table_takes_the_rungs_that_sample_under_brief_decoding_with_their_step_size():
+    """The report's rung -> answers a step: the rungs whose recipe (or, unset, `policy.decoding`) is brief,
+    not the grammar-only control."""
+    from alphagym.config import load_params
+    from alphagym.report.stage import _brief_answers
+
+    params = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
+    items = [RungResult(i, i.split("-s")[0], 1, "sft", "x") for i in ("cispo_repo-s1", "cispo_repo_grammar-s1")]
+    recipe = params.rl.recipe
+    assert _brief_answers(params, items) == {"cispo_repo-s1": recipe.briefs_per_step * recipe.answers_per_brief}
+    grammar = params.model_copy(update={"policy": params.policy.model_copy(update={"decoding": "grammar"})})
+    assert _brief_answers(grammar, items) == {}
+
+
 BOOK = {"answers": 3.0, "return": 0.05, "sharpe": 0.8, "max_drawdown": -0.1, "beta": 0.1, "market_corr": 0.2,
         "market_return": 0.1, "market_sharpe": 1.0, "market_max_drawdown": -0.2, "down_days": 12.0,
         "book_mean_on_down_days": 0.001, "market_mean_on_down_days": -0.02, "mean_pairwise_corr": 0.3,

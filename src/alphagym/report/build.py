@@ -231,6 +231,25 @@ def check_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
             for label, row in _step0_and_shipped(r)]
 
 
+def decoder_rows(results: Sequence[RungResult], answers: Mapping[str, int], window: int = 50) -> list[dict[str, Any]]:
+    """Per rung trained under brief decoding (`answers`: item -> the answers a step samples, its briefs times
+    their answers, for each such rung), whether training taught the policy to meet its briefs itself: the share
+    of a step's answers whose brief requirement the decoder's completion wrote (`decoding/forced_lacking`,
+    counted before any refill), over the first and the last `window` steps, and the answers cut at the cap
+    over the whole run (`decoding/forced_late`). Rungs whose log lacks the counts are left out."""
+    rows = []
+    for r in results:
+        n = answers.get(r.item)
+        if not r.ok or not n or not r.log or "decoding/forced_lacking" not in r.log[0]:
+            continue
+        share = [float(x["decoding/forced_lacking"]) / n for x in r.log]
+        w = min(window, len(share))
+        rows.append({"rung": r.item, "steps": len(share), "answers_per_step": n,
+                     "forced_lacking_first": sum(share[:w]) / w, "forced_lacking_last": sum(share[-w:]) / w,
+                     "forced_late": sum(float(x.get("decoding/forced_late", 0.0)) for x in r.log)})
+    return rows
+
+
 def selector_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
     """Per rung and checkpoint selector (`probe.select.SELECTORS`): the step it picks on train numbers and
     that checkpoint's holdout score, equal-weight book, families and effective bets, read after the fact to

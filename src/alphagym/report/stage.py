@@ -29,6 +29,7 @@ from alphagym.report.build import (
     RungResult,
     bet_rows,
     check_rows,
+    decoder_rows,
     ladder_rows,
     load_rung,
     mark_noise,
@@ -111,6 +112,16 @@ def report(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: St
     for p in sorted(fig.glob("*.png")):
         run.log_artifact(p)
     return {k: summary[k] for k in ("rungs", "failed", "shipped_rung", "shipped_step", "shipped_holdout_score")}
+
+
+def _brief_answers(params: Params, results: list[RungResult]) -> dict[str, int]:
+    """Item -> the answers a training step samples, for each rung that samples under brief decoding."""
+    out = {}
+    for r in results:
+        recipe = recipe_of(params.rl, r.rung)
+        if (recipe.decoding or params.policy.decoding) == "brief":
+            out[r.item] = int(recipe.briefs_per_step) * int(recipe.answers_per_brief)
+    return out
 
 
 def _f(v: Any) -> float:
@@ -221,6 +232,16 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
                "brief's checks (docs/briefs.md), at step 0 and the shipped checkpoint; `compliance` is the mean "
                "share of checks passed.", "",
                plots.table_md(checks, ("rung", "checkpoint", "compliance", *CHECK_COLUMNS, "compliance_idea")), ""]
+    decoded = decoder_rows(results, _brief_answers(params, results))
+    if decoded:
+        md += ["## Requirements the decoder wrote", "", "Rungs trained under brief decoding: the share of a "
+               "training step's answers whose brief requirement (a field, an operator, the horizon's window) "
+               "the decoder's completion wrote because the policy had not, over the first and the last 50 "
+               "steps (falling: training taught the policy to meet its briefs itself), and the answers cut at "
+               "the cap over the run (docs/rl.md).", "",
+               plots.table_md(decoded, ("rung", "steps", "answers_per_step", "forced_lacking_first",
+                                        "forced_lacking_last", "forced_late"),
+                              {"steps": ".0f", "answers_per_step": ".0f", "forced_late": ".0f"}), ""]
     picks = selector_rows(results)
     if picks:
         md += ["## Checkpoint selectors", "", "Each selector picks a rung's checkpoint on train-window numbers "
