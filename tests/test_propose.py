@@ -54,3 +54,17 @@ def test_briefs_from_fields_text_and_file(tmp_path):
     f.write_text('{"mechanism": "reversal"}\n')
     with pytest.raises(BriefError, match="line 1"):
         read_brief_file(f, cat)
+
+
+def test_the_table_piped_keeps_each_formula_on_one_line(capsys):
+    """Piped (not a terminal), the table is not wrapped at rich's 80-column default: a long formula stays
+    whole on its row, as a user copying it from a file or a pager needs it."""
+    from alphagym.cli import _print_proposals
+
+    formula = "rank(ts_corr(ts_rank(close / ts_mean(close, 21), 21), ts_rank(volume, 21), 21))"
+    row = {"checks": {"horizon": True}, "train_cpcv": 0.5, "train_sharpe_net": 0.9, "turnover": 0.3, "beta": 0.0,
+           "count": 1, "written": formula}
+    _print_proposals({"policy": "p", "k": 1, "temperature": 1.0, "seed": 7, "idea_tau": 0.25,
+                      "briefs": [{"brief": "b", "constrained": "brief", "valid": 1, "answers": 1, "distinct": 1,
+                                  "proposals": [row]}]})
+    assert formula in capsys.readouterr().out

@@ -253,7 +253,8 @@ def _print_proposals(out: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    con = Console()
+    # a terminal's own width; piped (a file, a pager), rich would wrap at 80 columns and split the formulas
+    con = Console(width=None if sys.stdout.isatty() else 200)
     con.print(f"[dim]policy {out['policy']}; {out['k']} answers a brief at temperature {out['temperature']:g}, "
               f"seed {out['seed']}; scored on the train window[/]")
     if out.get("note"):
