@@ -647,7 +647,7 @@ def test_snakemake_run_reruns_on_params_and_code_and_agrees_with_dvc(root, tmp_p
     finally:
         holdout.with_name("away.parquet").rename(holdout)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "Loading weights" not in done.stderr        # no progress bar (`runtime.configure_runtime`)
+    assert "Loading weights" not in done.stderr        # no loading bar around the answers
     [proposed] = json.loads(done.stdout)["briefs"]
     assert proposed["constrained"] == "brief" and proposed["answers"] == 16, proposed
     assert all(r["compliant"] and all(r["checks"].values()) for r in proposed["proposals"]), proposed

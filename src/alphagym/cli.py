@@ -232,9 +232,19 @@ def cmd_propose(args: argparse.Namespace) -> int:
     briefs = (read_brief_file(Path(args.briefs), cat) if args.briefs
               else [brief_from_fields(cat, fields)] if fields else [brief_from_text(cat, args.brief)])
     table = stage_table(params)
-    policy, source = load_proposer(params, Path(table["report"].outs["adapter"]),
-                                   Path(table[f"sft@{params.rl.policy}"].outs["policy"]),
-                                   Path(args.checkpoint) if args.checkpoint else None)
+    from transformers.utils import logging as hf_logging
+
+    # transformers draws a "Loading weights" bar on stderr: noise around the table, so off while loading
+    # (and back as it was after: a setting of the command, not of the process)
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        policy, source = load_proposer(params, Path(table["report"].outs["adapter"]),
+                                       Path(table[f"sft@{params.rl.policy}"].outs["policy"]),
+                                       Path(args.checkpoint) if args.checkpoint else None)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     import torch
 
     torch.set_num_threads(params.policy.threads)

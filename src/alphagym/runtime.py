@@ -19,10 +19,6 @@ calls `configure_runtime()` itself.
   array costs a page fault per 4 KiB page when first written, which on a panel this size costs more than
   the kernel itself (docs/notes/evaluator-performance.md). Raised thresholds serve and keep them in the heap
   for reuse. Harmless elsewhere (numpy and pandas allocate the same way); a no-op off glibc.
-- No Hugging Face progress bars: loading a policy draws a "Loading weights" bar on stderr, once per
-  checkpoint a probe loads and once per `alphagym propose`, which only clutters stage logs and a terminal.
-  Off (`HF_HUB_DISABLE_PROGRESS_BARS`, which transformers reads too) unless the user set a value; read when
-  huggingface_hub is imported, which the CLI's call comes before.
 """
 
 from __future__ import annotations
@@ -36,7 +32,6 @@ import sys
 def configure_runtime() -> None:
     """Apply the settings above to this process (idempotent)."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     if "OPENBLAS_NUM_THREADS" not in os.environ:
         os.environ["OPENBLAS_NUM_THREADS"] = "1"
         if "numpy" in sys.modules:
