@@ -140,7 +140,7 @@ def test_the_decoder_table_gives_the_share_of_answers_whose_requirement_the_deco
     assert [r["rung"] for r in rows] == ["brief"]
     assert rows[0]["forced_lacking_first"] == pytest.approx(0.75)
     assert rows[0]["forced_lacking_last"] == pytest.approx(0.25)
-    assert rows[0]["forced_late"] == 1.0 and rows[0]["answers_per_step"] == 32
+    assert rows[0]["forced_late_answers"] == 1.0 and rows[0]["answers_per_step"] == 32
     # a shorter run: both windows are the whole run
     brief.log = log[:10]
     assert decoder_rows([brief], {"brief": 32})[0]["forced_lacking_last"] == pytest.approx(0.75)

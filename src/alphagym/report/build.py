@@ -235,8 +235,9 @@ def decoder_rows(results: Sequence[RungResult], answers: Mapping[str, int], wind
     """Per rung trained under brief decoding (`answers`: item -> the answers a step samples, its briefs times
     their answers, for each such rung), whether training taught the policy to meet its briefs itself: the share
     of a step's answers whose brief requirement the decoder's completion wrote (`decoding/forced_lacking`,
-    counted before any refill), over the first and the last `window` steps, and the answers cut at the cap
-    over the whole run (`decoding/forced_late`). Rungs whose log lacks the counts are left out."""
+    counted before any refill), over the first and the last `window` steps (the same steps in a run no
+    longer than `window`), and the number of answers cut at the cap over the whole run
+    (`decoding/forced_late`). Rungs whose log lacks the counts are left out."""
     rows = []
     for r in results:
         n = answers.get(r.item)
@@ -246,7 +247,7 @@ def decoder_rows(results: Sequence[RungResult], answers: Mapping[str, int], wind
         w = min(window, len(share))
         rows.append({"rung": r.item, "steps": len(share), "answers_per_step": n,
                      "forced_lacking_first": sum(share[:w]) / w, "forced_lacking_last": sum(share[-w:]) / w,
-                     "forced_late": sum(float(x.get("decoding/forced_late", 0.0)) for x in r.log)})
+                     "forced_late_answers": sum(float(x.get("decoding/forced_late", 0.0)) for x in r.log)})
     return rows
 
 

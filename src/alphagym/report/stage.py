@@ -237,11 +237,11 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
         md += ["## Requirements the decoder wrote", "", "Rungs trained under brief decoding: the share of a "
                "training step's answers whose brief requirement (a field, an operator, the horizon's window) "
                "the decoder's completion wrote because the policy had not, over the first and the last 50 "
-               "steps (falling: training taught the policy to meet its briefs itself), and the answers cut at "
-               "the cap over the run (docs/rl.md).", "",
+               "steps (the same steps in a run of 50 or fewer; falling: training taught the policy to meet its "
+               "briefs itself), and the number of answers cut at the cap over the whole run (docs/rl.md).", "",
                plots.table_md(decoded, ("rung", "steps", "answers_per_step", "forced_lacking_first",
-                                        "forced_lacking_last", "forced_late"),
-                              {"steps": ".0f", "answers_per_step": ".0f", "forced_late": ".0f"}), ""]
+                                        "forced_lacking_last", "forced_late_answers"),
+                              {"steps": ".0f", "answers_per_step": ".0f", "forced_late_answers": ".0f"}), ""]
     picks = selector_rows(results)
     if picks:
         md += ["## Checkpoint selectors", "", "Each selector picks a rung's checkpoint on train-window numbers "
