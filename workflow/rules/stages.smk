@@ -82,7 +82,8 @@ onsuccess:
         # dvc.yaml's stages have this run's names but another profile's paths: committing them would
         # record outputs this run did not write
         render = f"alphagym dag --write-dvc dvc.yaml --set profile={PARAMS['profile']}"
-        print(f"alphagym: dvc.yaml describes another profile or ladder than this run: dvc.lock not updated. To "
+        print(f"alphagym: the run succeeded; dvc.yaml describes another profile or ladder than this run, so "
+              f"dvc.lock was not updated. To "
               f"record this run (for `dvc status` and `dvc push`): `{render}`, then `dvc commit --force "
               f"--no-relink` (it leaves the outputs' mtimes alone); render before the next run to have it "
               f"recorded by itself")
