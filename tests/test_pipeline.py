@@ -551,7 +551,11 @@ def test_snakemake_run_reruns_on_params_and_code_and_agrees_with_dvc(root, tmp_p
         answers = pd.read_parquet(work / f"results/smoke/probe/tiny/{rung}/answers.parquet")
         valid = answers[answers["valid"]]
         assert valid["compliant"].all(), valid[["brief", "answer", "compliance"]].to_string()
-        assert "compliance_idea" in pd.read_parquet(work / f"results/smoke/probe/tiny/{rung}/checkpoints.parquet")
+        checkpoints = pd.read_parquet(work / f"results/smoke/probe/tiny/{rung}/checkpoints.parquet")
+        assert "compliance_idea" in checkpoints
+        # the share of greedy answers whose requirement the brief decoder wrote (0 under the grammar:
+        # tests/test_probe.py)
+        assert checkpoints["forced_lacking"].between(0, 1).all(), checkpoints["forced_lacking"]
     assert _changed(work) == (set(), set())
     assert _planned(work) == set()
     # the commit a user runs after rendering dvc.yaml for a profile leaves the outputs' mtimes alone

@@ -162,6 +162,7 @@ def test_probe_selects_on_train_numbers_before_scoring_the_holdout(ladder, monke
     assert int(best["step"]) == out["shipped_step"]
     assert t["pass_at_k"].between(0, 1).all() and {"families", "holdout_effective_bets", "capped_answers"} <= set(t)
     assert t["sampled_families"].ge(0).all()      # the samples' families, beside the greedy answers' ones
+    assert (t["forced_lacking"] == 0).all()       # the fixture decodes under the grammar: no brief to complete
     assert t["valid"].ge(1).all() and t["families"].ge(1).all()   # the bet counts see real answers
     assert (t["families_positive"] <= t["families"]).all() and (t["train_capped_sharpe"].notna()).all()
     summary = json.loads(Path(outs["summary"]).read_text())

@@ -119,12 +119,16 @@ def test_the_check_table_names_the_check_compliance_is_lost_on():
     from alphagym.report.build import CHECK_COLUMNS, RungResult, check_rows
 
     checks = {c: [1.0, 1.0] for c in CHECK_COLUMNS} | {"compliance_horizon": [0.1, 0.3]}
-    table = pd.DataFrame({"step": [0, 200], "compliance": [0.82, 0.86], **checks})
+    table = pd.DataFrame({"step": [0, 200], "compliance": [0.82, 0.86], "forced_lacking": [0.5, 0.75], **checks})
     new = RungResult("a", "a", 0, "sft", "x", table=table, probe={"shipped_step": 200})
     old = RungResult("b", "b", 0, "sft", "x", table=table[["step", "compliance"]], probe={"shipped_step": 200})
     rows = check_rows([new, old])
     assert [(r["rung"], r["checkpoint"]) for r in rows] == [("a", "step 0"), ("a", "shipped (200)")]
     assert rows[1]["compliance_horizon"] == 0.3 and rows[1]["compliance_mechanism"] == 1.0
+    assert rows[1]["forced_lacking"] == 0.75
+    # a probe written before the column: the share is unknown, not 0
+    older = RungResult("c", "c", 0, "sft", "x", table=table.drop(columns="forced_lacking"), probe={"shipped_step": 200})
+    assert math.isnan(check_rows([older])[1]["forced_lacking"])
 
 
 def test_the_decoder_table_gives_the_share_of_answers_whose_requirement_the_decoder_wrote():

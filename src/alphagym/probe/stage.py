@@ -60,9 +60,13 @@ def probe(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
     k, temp = params.probe.pass_k, params.probe.temperature
     passes: dict[int, float] = {}
     spread: dict[int, int] = {}
+    lacking: dict[int, float] = {}
     for step, folder in tqdm(checkpoints, desc=f"probe {item}", unit="ckpt"):
         policy = at_checkpoint(base, folder)
+        policy.decode_stats.clear()
         answers = [a[0] for a in policy.generate([b["text"] for b in briefs], n=1, temperature=0.0, seed=seed)]
+        # greedy answers whose brief requirement the decoder's forced completion wrote (0 under the grammar)
+        lacking[step] = policy.decode_stats.get("forced_lacking", 0) / len(briefs)
         new_rows, new_pnls = answer_rows(step, briefs, answers, train_v, cat, tol, idea)
         rows += new_rows
         train_pnls += new_pnls
@@ -72,6 +76,7 @@ def probe(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
             passes[step], spread[step] = pass_at_k(cards), sampled_families(cards)
     answers = pd.DataFrame(rows)
     train = train_table(answers, train_pnls, cat.idea_tau)
+    train["forced_lacking"] = train["step"].map(lacking)
     if k:
         train["pass_at_k"] = train["step"].map(passes)
         train["sampled_families"] = train["step"].map(spread)

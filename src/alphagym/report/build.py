@@ -223,10 +223,12 @@ def check_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
     """Per rung, the SFT policy (step 0) and the shipped checkpoint: the share of the greedy holdout answers
     passing each of their brief's checks (`compliance_<check>`), next to the mean share (`compliance`), so a
     compliance short of 1 names the check it is lost on; `compliance_idea` beside them (the share of valid
-    answers whose signal follows the brief's mechanism, `briefs.idea`). Rungs whose probe predates the
-    check columns are left out."""
+    answers whose signal follows the brief's mechanism, `briefs.idea`), and `forced_lacking` (the share of
+    the answers whose requirement the brief decoder wrote, not the policy: NaN for a probe without the
+    column). Rungs whose probe predates the check columns are left out."""
     return [{"rung": r.item, "checkpoint": label, "compliance": _num(row.get("compliance")),
-             **{k: _num(row[k]) for k in CHECK_COLUMNS}, "compliance_idea": _num(row.get("compliance_idea"))}
+             **{k: _num(row[k]) for k in CHECK_COLUMNS}, "compliance_idea": _num(row.get("compliance_idea")),
+             "forced_lacking": _num(row.get("forced_lacking"))}
             for r in results if r.ok and r.table is not None and set(CHECK_COLUMNS) <= set(r.table.columns)
             for label, row in _step0_and_shipped(r)]
 
