@@ -268,6 +268,10 @@ def test_books_and_report_come_from_the_probe_and_mark_a_failed_rung(ladder):
     assert {"date", "market"} <= set(daily.columns) and len(daily) > 200
     if books["equal_weight"] is not None:
         assert books["equal_weight"]["answers"] == sum(r["count"] for r in books["answers"])
+    # the positive book holds exactly the answers that paid on the train window, each weighed by its count
+    paid = sum(r["count"] for r in books["answers"] if r["train_cpcv"] > 0)
+    assert (books["positive"] or {"answers": 0})["answers"] == paid
+    assert ("positive" in daily) and daily["positive"].notna().any() == (paid > 0)
     _train_outputs(table)
     out = run_stage(params, "report")
     assert out["shipped_rung"] == "cispo_repo"

@@ -10,7 +10,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from alphagym.report.build import RungResult, ladder_rows, mark_noise, pairs, seed_spread, shipped_rung
+from alphagym.report.build import (
+    RungResult,
+    ladder_rows,
+    mark_noise,
+    pairs,
+    seed_spread,
+    shipped_rung,
+    spread_cells,
+)
 
 
 def _rung(item: str, parent: str, train: float, hold: float, step0: float = -1.0, beta: float = 0.0) -> RungResult:
@@ -57,6 +65,27 @@ def test_seed_spread_carries_the_bet_columns():
     assert s["families_mean"] == 6.0 and s["families_sd"] == pytest.approx(2 ** 0.5 * 2)
     assert s["compliance_mean"] == pytest.approx(0.6)
     assert "planted_edges_expressed_mean" not in s and "holdout_effective_bets_mean" not in s
+
+
+def test_the_contract_measures_reach_the_seed_spread_as_mean_and_sd_cells():
+    """Each rung's row carries the shipped checkpoint's compliance_idea and forced_lacking, the archive book's
+    effective bets and the positive-train-CPCV book's Sharpe and beta; the spread gives them a mean and sd, and
+    the cells read "mean ± sd", "-" where under two seeds have a value, a column no rung has left out."""
+    rungs = [_rung("a", "sft", 1.0, 0.5), _rung("a-s1", "sft", 1.0, 1.5)]
+    for r, idea, sharpe in zip(rungs, (0.2, 0.4), (1.0, 2.0), strict=True):
+        r.probe["shipped"]["compliance_idea"] = idea
+        r.books["positive"] = {"sharpe": sharpe, "beta": 0.01}
+        r.books["archive"] = {"effective_bets": 5.0}
+    rungs[0].probe["shipped"]["forced_lacking"] = 0.9          # the other probe predates the column
+    rows = ladder_rows(rungs)
+    assert rows[0]["positive_book_sharpe"] == 1.0 and math.isnan(rows[1]["forced_lacking"])
+    (s,) = seed_spread(rows)
+    assert s["compliance_idea_mean"] == pytest.approx(0.3) and s["positive_book_sharpe_sd"] == pytest.approx(0.5 ** 0.5)
+    assert "forced_lacking_mean" not in s
+    (cells,) = spread_cells([s], ("holdout_score", "compliance_idea", "positive_book_beta", "forced_lacking",
+                                  "planted_edges_expressed"))
+    assert cells == {"rung": "a", "seeds": 2, "holdout_score": "1.00 ± 0.71", "compliance_idea": "0.30 ± 0.14",
+                     "positive_book_beta": "0.01 ± 0.00"}
 
 
 def test_the_ladder_ships_on_train_cpcv_not_holdout():
@@ -175,7 +204,7 @@ def _books(step: int = 2) -> dict:
     answer = {"formula": "rank(volume)", "canonical": "rank(volume)", "brief": "h1", "count": 3, "train_cpcv": 0.4,
               "train_turnover": 0.2, "holdout_score": 0.1, "holdout_sharpe": 0.5, "holdout_return": 0.02}
     return {"rung": "a", "shipped_step": step, "answers": [answer], "market": dict(BOOK), "equal_weight": dict(BOOK),
-            "capped": dict(BOOK), "capped_members": ["rank(volume)"], "archive": dict(BOOK),
+            "capped": dict(BOOK), "capped_members": ["rank(volume)"], "positive": dict(BOOK), "archive": dict(BOOK),
             "archive_members": ["rank(volume)"], "archive_pool": 7}
 
 
@@ -263,6 +292,8 @@ BAD_BOOKS = [
     (_with(_books(), "equal_weight.return", True), "equal_weight.return is True, not a number"),
     (_with(_books(), "capped", [1, 2]), "capped is neither null nor an object"),
     (_without(_books(), "archive"), "archive is missing"),
+    (_without(_books(), "positive"), "positive is missing"),
+    (_with(_books(), "positive.beta", "low"), "positive.beta is 'low', not a number"),
     (_with(_books(), "shipped_step", 2.0), "shipped_step is 2.0, not a step (an integer)"),
     (_with(_books(), "answers.0.holdout_sharpe", "n/a"), "answers[0].holdout_sharpe is 'n/a', not a number"),
     (_with(_books(), "answers.0.formula", 3), "answers[0].formula is 3, not a formula (a string)"),

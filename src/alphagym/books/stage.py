@@ -1,13 +1,15 @@
 """The `books` stage: one per rung (`alphagym books --rung NAME`), on the probe's shipped checkpoint.
 
-Two books of the shipped checkpoint's valid answers, both scored on the holdout year after holdout costs:
+Three books of the shipped checkpoint's valid answers, each scored on the holdout year after holdout costs:
 - equal weight: every answer valid on both windows, averaged (an answer written n times weighs n);
 - correlation-capped: chosen on train-window numbers only (`capped_selection`: train CPCV order, turnover
-  floor, a cap on |corr| of train P&L with answers already in), then averaged.
+  floor, a cap on |corr| of train P&L with answers already in), then averaged;
+- positive: the equal-weight book of the answers with positive train CPCV (chosen on train numbers only: the
+  book a user who keeps the answers that paid in training would hold).
 And the rung's archive book: the same rule over every distinct valid formula the rung wrote in training
 (its last checkpoint's `written.json`, with the train CPCV and turnover each scored when written), at most
 `books.archive_size` of them, chosen on train numbers only and then scored on the holdout year.
-Writes the metrics of the three and of the market, and the daily returns the report plots.
+Writes the metrics of the four and of the market, and the daily returns the report plots.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ def books(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
     out: dict[str, Any] = {"rung": item, "shipped_step": step, "answers": rows,
                            "market": book_metrics(market[None, :], market, cfg.down_day)}
     if not rows:
-        out["equal_weight"] = out["capped"] = None
+        out["equal_weight"] = out["capped"] = out["positive"] = None
         out["note"] = f"no answer of checkpoint {step} is valid on both windows: no book"
     else:
         pnl_t, pnl_h = np.stack(train_pnl), np.stack(hold_pnl)
@@ -83,8 +85,12 @@ def books(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
         out["equal_weight"] = book_metrics(np.repeat(pnl_h, weights, axis=0), market, cfg.down_day)
         out["capped"] = book_metrics(pnl_h[pick], market, cfg.down_day) if pick else None
         out["capped_members"] = [rows[i]["canonical"] for i in pick]
+        paid = [i for i, r in enumerate(rows) if r["train_cpcv"] > 0]
+        out["positive"] = (book_metrics(np.repeat(pnl_h[paid], weights[paid], axis=0), market, cfg.down_day)
+                           if paid else None)
         daily["equal_weight"] = np.average(pnl_h, axis=0, weights=weights)
         daily["capped"] = pnl_h[pick].mean(axis=0) if pick else np.nan
+        daily["positive"] = np.average(pnl_h[paid], axis=0, weights=weights[paid]) if paid else np.nan
     pool = _written(deps["checkpoints"])
     names = sorted(pool)
     cands = [(float(pool[f]["train_cpcv"]), float(pool[f]["train_turnover"])) for f in names]
@@ -104,7 +110,7 @@ def books(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
                         file=str(deps["holdout"]))
     write_parquet(daily, outs["daily"])
     outs["books"].write_text(json.dumps(out, indent=1, default=float))
-    for name in ("equal_weight", "capped", "archive"):
+    for name in ("equal_weight", "capped", "positive", "archive"):
         if out.get(name):
             run.log_metrics({f"books/{name}/{k}": float(v) for k, v in out[name].items()})
     run.set_tag("rung", item)

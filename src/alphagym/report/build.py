@@ -86,7 +86,7 @@ ANSWER_KEYS = ("count", "train_cpcv", "train_turnover", "holdout_score", "holdou
 
 def check_books(path: str | Path, books: dict[str, Any], item: str) -> dict[str, Any]:
     """`books` (a rung's books.json) if every key the report reads is there with its type: the shipped step
-    an integer, each book (equal weight, capped, archive) null or an object of numbers (NaN is a number: a
+    an integer, each book (equal weight, capped, positive, archive) null or an object of numbers (NaN is a number: a
     metric of a flat book), each answer a formula and numbers, the archive pool a count. Else an
     ArtifactError naming the file and the key."""
 
@@ -116,7 +116,8 @@ def check_books(path: str | Path, books: dict[str, Any], item: str) -> dict[str,
             raise bad(f"answers[{i}].formula", f"is {a['formula']!r}, not a formula (a string)")
         for k in ANSWER_KEYS:
             number(a, k, f"answers[{i}].{k}")
-    for name, keys in (("equal_weight", BOOK_KEYS + MARKET_KEYS), ("capped", BOOK_KEYS), ("archive", BOOK_KEYS)):
+    for name, keys in (("equal_weight", BOOK_KEYS + MARKET_KEYS), ("capped", BOOK_KEYS), ("positive", BOOK_KEYS),
+                       ("archive", BOOK_KEYS)):
         book = need(books, name, name)
         if book is None:
             continue                      # no answer valid on both windows, or none chosen: no book
@@ -144,6 +145,11 @@ def read_training_log(path: str | Path, steps: int) -> list[dict[str, Any]]:
 # planted-edge coverage exists on the simulator only
 BET_COLUMNS = ("families", "families_positive", "holdout_effective_bets", "capped_effective_bets",
                "compliance", "compliant_share", "planted_edges_expressed", "decoy_trap_answers")
+# what else each row carries for the seed spread: the shipped checkpoint's mechanism fidelity and share of
+# decoder-written requirements (NaN for a probe without them), the archive book's effective bets, and the
+# Sharpe and beta of the book of the answers with positive train CPCV
+CONTRACT_COLUMNS = ("compliance_idea", "forced_lacking", "archive_effective_bets", "positive_book_sharpe",
+                    "positive_book_beta")
 
 
 def _num(v: Any) -> float:
@@ -164,12 +170,16 @@ def ladder_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
             continue
         ship, step0 = r.probe["shipped"], r.probe["step0"]
         ew = r.books.get("equal_weight") or {}
+        pos, arch = r.books.get("positive") or {}, r.books.get("archive") or {}
         row.update(status="ok", steps=r.train.get("steps"), shipped_step=r.probe["shipped_step"],
                    train_cpcv=_num(ship["train_cpcv"]), holdout_score=_num(ship["holdout_score"]),
                    step0_holdout=_num(step0["holdout_score"]), valid=ship["valid"],
                    book_return=_num(ew.get("return")), book_sharpe=_num(ew.get("sharpe")),
                    book_beta=_num(ew.get("beta")),
-                   **{k: _num(ship.get(k)) for k in BET_COLUMNS if k in ship})
+                   **{k: _num(ship.get(k)) for k in BET_COLUMNS if k in ship},
+                   compliance_idea=_num(ship.get("compliance_idea")), forced_lacking=_num(ship.get("forced_lacking")),
+                   archive_effective_bets=_num(arch.get("effective_bets")),
+                   positive_book_sharpe=_num(pos.get("sharpe")), positive_book_beta=_num(pos.get("beta")))
         if r.parent == "sft":
             ref = row["step0_holdout"]
         else:
@@ -285,12 +295,24 @@ def seed_spread(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             s = pd.Series([r["holdout_score"] for r in rs])
             row = {"rung": rung, "seeds": len(rs), "mean": float(s.mean()), "sd": float(s.std(ddof=1)),
                    "min": float(s.min()), "max": float(s.max())}
-            for k in BET_COLUMNS:
+            for k in (*BET_COLUMNS, *CONTRACT_COLUMNS):
                 xs = pd.Series([_num(r.get(k)) for r in rs]).dropna()
                 if len(xs) > 1:
                     row[f"{k}_mean"], row[f"{k}_sd"] = float(xs.mean()), float(xs.std(ddof=1))
             out.append(row)
     return out
+
+
+def spread_cells(spread: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> list[dict[str, Any]]:
+    """The seed spread as "mean ± sd" cells (two decimals), one row per replicated rung: `holdout_score` from
+    the spread's mean and sd, every other column from `<column>_mean` and `<column>_sd`; "-" where fewer than
+    two seeds have a value. Columns no rung has a value for are left out."""
+    def cell(row: Mapping[str, Any], c: str) -> str:
+        m, s = (row.get("mean"), row.get("sd")) if c == "holdout_score" else (row.get(f"{c}_mean"), row.get(f"{c}_sd"))
+        return "-" if m is None or s is None else f"{m:.2f} ± {s:.2f}"
+    rows = [{"rung": r["rung"], "seeds": r["seeds"], **{c: cell(r, c) for c in columns}} for r in spread]
+    keep = [c for c in columns if any(row[c] != "-" for row in rows)]
+    return [{k: row[k] for k in ("rung", "seeds", *keep)} for row in rows]
 
 
 def mark_noise(rows: list[dict[str, Any]], spread: Sequence[Mapping[str, Any]]) -> float | None:

@@ -50,10 +50,12 @@ def selector_vs_holdout(tables: Mapping[str, pd.DataFrame], path: Path) -> Path:
 
 
 def growth(daily: pd.DataFrame, title: str, path: Path) -> Path:
-    """Growth of $1 on the holdout year: the equal-weight, capped and archive books against the market."""
+    """Growth of $1 on the holdout year: the equal-weight, capped, positive-train-CPCV and archive books against
+    the market."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    for col, style in (("equal_weight", "C0"), ("capped", "C2"), ("archive", "C3"), ("market", "grey")):
+    for col, style in (("equal_weight", "C0"), ("capped", "C2"), ("positive", "C1"), ("archive", "C3"),
+                       ("market", "grey")):
         if col in daily and daily[col].notna().any():
             ax.plot(pd.to_datetime(daily["date"]), np.cumprod(1 + daily[col].fillna(0.0)), color=style,
                     label=col.replace("_", " "))

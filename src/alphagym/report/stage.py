@@ -37,6 +37,7 @@ from alphagym.report.build import (
     seed_spread,
     selector_rows,
     shipped_rung,
+    spread_cells,
 )
 from alphagym.rungs import recipe_of
 from alphagym.tracking import StageRun
@@ -49,6 +50,9 @@ LADDER_COLS = ("rung", "parent", "status", "steps", "shipped_step", "train_cpcv"
 SEED_COLS = ("rung", "seeds", "mean", "sd", "min", "max", "families_mean", "families_sd",
              "holdout_effective_bets_mean", "holdout_effective_bets_sd", "planted_edges_expressed_mean",
              "planted_edges_expressed_sd", "compliance_mean", "compliance_sd")
+CONTRACT_SEED_COLS = ("holdout_score", "families", "holdout_effective_bets", "archive_effective_bets",
+                      "planted_edges_expressed", "compliance", "compliance_idea", "forced_lacking",
+                      "positive_book_sharpe", "positive_book_beta")
 # planted-edge coverage exists on the simulator only: on real data these columns are left out, not shown empty
 COVERAGE_COLUMNS = ("planted_edges_expressed", "planted_edges_expressed_mean", "planted_edges_expressed_sd",
                     "decoy_trap_answers")
@@ -207,11 +211,19 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
            plots.table_md([{"rung": r.rung, "parent": r.parent, "change": r.change}
                            for r in {r.rung: r for r in results}.values()], ("rung", "parent", "change")), ""]
     if spread:
+        contract = spread_cells(spread, CONTRACT_SEED_COLS)
         md += ["## Seeds", "", f"Shipped holdout score (mean, sd, min, max over the seeds) and the shipped "
                f"checkpoint's families, effective bets, planted edges expressed and compliance (mean and sd). "
                f"Noise floor: the largest seed sd of the holdout score, {floor:.3f}; a change vs parent beyond "
                "twice it is marked `beyond_noise`.", "",
-               plots.table_md(spread, present(spread, SEED_COLS)), ""]
+               plots.table_md(spread, present(spread, SEED_COLS)), "",
+               "### The brief contract's measures", "", "Mean ± sd over the seeds of the shipped checkpoint's "
+               "holdout score, greedy families, effective bets of the equal-weight and archive books, planted "
+               "edges expressed, brief compliance, `compliance_idea` (mechanism fidelity), `forced_lacking` (the "
+               "share of answers whose requirement the brief decoder wrote), and the holdout Sharpe and beta of "
+               "the book of its answers with positive train CPCV (`positive`, chosen on train numbers); "
+               "docs/ladder.md defines each.", "",
+               plots.table_md(contract, tuple(contract[0])), ""]
     else:
         md += ["## Seeds", "", "Every rung ran one seed (`rl.seeds: 1`): rung differences cannot be told from "
                "noise. Run replicas with `--set rl.seeds=3` (or a rung's `seeds`).", ""]
@@ -267,6 +279,7 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
     ew, cap = ship.books.get("equal_weight"), ship.books.get("capped")
     arch = ship.books.get("archive")
     book_rows = [{"book": "equal weight", **(ew or {})}, {"book": "correlation-capped", **(cap or {})},
+                 {"book": "positive train CPCV", **(ship.books.get("positive") or {})},
                  {"book": f"archive ({ship.books.get('archive_pool', 0)} written formulas)", **(arch or {})}]
     if ew:
         book_rows.append({"book": "market", "answers": None, "return": ew["market_return"],
