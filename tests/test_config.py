@@ -184,6 +184,21 @@ def test_one_resolver_gives_a_ladder_member_its_recipe_seed_threads_and_cost(roo
     assert base.threads == rung_threads(p, "cispo_repo_dora-s2") == 3
 
 
+def test_a_grammar_only_rung_starts_after_the_brief_decoded_ones_it_outlasts_less(root):
+    """Under brief decoding a rung that samples under the grammar alone steps in about GRAMMAR_STEP_COST of
+    the time, so its training priority is lower and the brief-decoded rungs start first; with every rung
+    under the grammar (`policy.decoding=grammar`) the two cost the same again."""
+    from alphagym.pipeline import GRAMMAR_STEP_COST, rung_cost, rung_priority
+
+    p = load_params(root / "params.yaml", [])
+    assert p.policy.decoding == "brief" and p.rl.recipe_of("cispo_repo_grammar").decoding == "grammar"
+    assert rung_cost(p, "cispo_repo_grammar-s1") == pytest.approx(GRAMMAR_STEP_COST * rung_cost(p, "cispo_repo"))
+    brief = rung_priority(p, "cispo_repo")
+    assert rung_priority(p, "cispo_repo_grammar") < brief == rung_priority(p, "cispo_repo_idea")
+    g = load_params(root / "params.yaml", ["policy.decoding=grammar"])
+    assert rung_priority(g, "cispo_repo_grammar") == rung_priority(g, "cispo_repo")
+
+
 # pydantic's lax mode read a bool as a number (True -> 1) and 1 as a bool: every int, bool and float is strict
 STRICT_VALUES = [
     ("seed=true", "seed = True", "valid integer"),

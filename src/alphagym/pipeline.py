@@ -283,12 +283,28 @@ def rung_threads(params: Mapping[str, Any], item: str) -> int:
     return resolve_rung(params, item).threads
 
 
+# Under brief decoding a step of a rung that samples under the grammar alone costs about 0.55 of one under the
+# brief decoder (median step 1.49-1.71 s against 2.85-3.62 s, two runs side by side in the `make run` of
+# d640287, docs/notes/runs.md). Here, not in `rungs.py`: only the order of the rungs depends on it, and
+# `rungs.py` is code of the stages that train.
+GRAMMAR_STEP_COST = 0.55
+
+
+def rung_cost(params: Mapping[str, Any], item: str) -> float:
+    """A rung's expected training time in LoRA steps under the brief decoder (`ResolvedRung.cost`), times
+    GRAMMAR_STEP_COST when it samples under the grammar alone while `policy.decoding` is `brief`."""
+    rung = resolve_rung(params, item)
+    cheap = rung.recipe.decoding == "grammar" and get(params, "policy.decoding") == "brief"
+    return rung.cost * (GRAMMAR_STEP_COST if cheap else 1.0)
+
+
 def rung_priority(params: Mapping[str, Any], item: str) -> int:
-    """A rung's training priority, 0..RUNG_PRIORITY, in proportion to its expected time: the longest rungs
-    start first. Snakemake fills the free cores with the ready rungs in this order, so the long (DoRA) rungs
-    do not end up running alone at the end of the ladder (longest-processing-time-first scheduling)."""
-    costs = [resolve_rung(params, i).cost for i in _items(params, RUNGS)]
-    return round(RUNG_PRIORITY * resolve_rung(params, item).cost / max(costs, default=1.0))
+    """A rung's training priority, 0..RUNG_PRIORITY, in proportion to its expected time (`rung_cost`): the
+    longest rungs start first. Snakemake fills the free cores with the ready rungs in this order, so a long
+    (DoRA, brief-decoded) rung does not end up running alone at the end of the ladder while a short
+    grammar-only one could have (longest-processing-time-first scheduling)."""
+    costs = [rung_cost(params, i) for i in _items(params, RUNGS)]
+    return round(RUNG_PRIORITY * rung_cost(params, item) / max(costs, default=1.0))
 
 
 def chain_of(params: Mapping[str, Any] | None, family: Family | None, item: str) -> list[str]:
