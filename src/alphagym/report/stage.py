@@ -226,18 +226,19 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
                plots.table_md(contract, tuple(contract[0])), ""]
     else:
         md += ["## Seeds", "", "Every rung ran one seed (`rl.seeds: 1`): rung differences cannot be told from "
-               "noise. Run replicas with `--set rl.seeds=3` (or a rung's `seeds`).", ""]
+               "noise. Run replicas with `rl.seeds: 3` in params.yaml (or a rung's `seeds`), or `dvc exp run -S "
+               "rl.seeds=3`.", ""]
     bets = bet_rows(results)
     if bets:
         cols = ("rung", "checkpoint", "holdout_score", *(c for c in BET_TABLE_COLUMNS if any(c in b for b in bets)),
                 "archive_answers", "archive_effective_bets")
-        md += ["## Bets", "", "Each rung's SFT policy (step 0) and shipped checkpoint over the 50 greedy holdout "
-               "answers (docs/ladder.md defines the columns): formula families (canonical forms with windows "
-               "bucketed, merged where train P&L |corr| >= 0.95; `families_positive`: of answers with positive "
-               "train CPCV), mean pairwise |corr| and effective bets of the holdout P&L, the correlation-capped "
-               "book, brief compliance, pass@k of sampled answers, planted edges expressed and answers on decoys "
-               "or traps (simulator only), and the archive book chosen on train numbers from every formula the "
-               "rung wrote.", "", plots.table_md(bets, cols, {k: ".0f" for k in COUNT_COLUMNS}), ""]
+        md += ["## Bets", "", "Each rung's SFT policy (step 0) and shipped checkpoint over the greedy holdout "
+               "answers, one a holdout brief (docs/ladder.md defines the columns): formula families (canonical "
+               "forms with windows bucketed, merged where train P&L |corr| >= 0.95; `families_positive`: of "
+               "answers with positive train CPCV), mean pairwise |corr| and effective bets of the holdout P&L, "
+               "the correlation-capped book, brief compliance, pass@k of sampled answers, planted edges expressed "
+               "and answers on decoys or traps (simulator only), and the archive book chosen on train numbers from "
+               "every formula the rung wrote.", "", plots.table_md(bets, cols, {k: ".0f" for k in COUNT_COLUMNS}), ""]
     checks = check_rows(results)
     if checks:
         md += ["## Brief compliance by check", "", "Share of the greedy holdout answers that pass each of their "
