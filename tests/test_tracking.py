@@ -59,6 +59,54 @@ def _wait_running(results: Path, name: str, proc: subprocess.Popen, timeout: flo
     raise AssertionError("the stage never started its run")
 
 
+def test_a_signal_while_the_run_is_being_written_still_ends_it_killed(root, tmp_path, monkeypatch):
+    """SIGTERM that lands while the store is writing the run's params (between the run's creation and the
+    stage's body) waits until the run can end: the run ends KILLED, not left RUNNING by an exit raised in the
+    middle of a store write."""
+    from mlflow.tracking import MlflowClient
+
+    from alphagym.cli import _exit_on_signal
+
+    real = MlflowClient.log_batch
+
+    def log_batch_then_term(self, *a, **k):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(MlflowClient, "log_batch", log_batch_then_term)
+    old = signal.signal(signal.SIGTERM, _exit_on_signal)
+    try:
+        with pytest.raises(SystemExit) as exc, stage_run("world_model", _params(root, tmp_path)):
+            raise AssertionError("the stage's body ran after a SIGTERM")
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert exc.value.code == 128 + signal.SIGTERM
+    assert _runs(tmp_path) == [("world_model", "KILLED")]
+
+
+def test_a_run_that_fails_to_start_gives_the_signal_handlers_back(root, tmp_path, monkeypatch):
+    """The handlers held while the run is written are restored when the store cannot be opened, and after a
+    run ends: the process stops on SIGTERM as before."""
+    import alphagym.tracking as tracking
+
+    mine = lambda num, frame: None      # noqa: E731
+    old = signal.signal(signal.SIGTERM, mine)
+    try:
+        with stage_run("a", _params(root, tmp_path)):
+            assert signal.getsignal(signal.SIGTERM) is mine
+        assert signal.getsignal(signal.SIGTERM) is mine
+
+        def broken(*a, **k):
+            raise OSError("no store")
+
+        monkeypatch.setattr(tracking, "_open_store", broken)
+        with pytest.raises(OSError, match="no store"), stage_run("b", _params(root, tmp_path)):
+            pass
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 @pytest.mark.slow(minutes=1)
 def test_terminated_stage_ends_killed_and_a_hard_kill_is_cleaned_up_next_time(root, tmp_path):
     """SIGTERM: the run ends KILLED and the stage leaves no outputs. SIGKILL: the run stays RUNNING

@@ -17,9 +17,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import signal
 import socket
 import sqlite3
 import subprocess
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -207,6 +209,38 @@ def _end_stale_runs(client: Any, exp_id: str, stage: str) -> None:
             client.set_terminated(run.info.run_id, status="KILLED")
 
 
+# the signals a stage turns into an exit (`cli._exit_on_signal`) or KeyboardInterrupt
+_STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _hold_stops() -> tuple[dict[int, Any], list[int]] | None:
+    """Hold the stopping signals until `_release`: one arriving while the store writes the run would raise
+    its exit inside the write and leave the run RUNNING; held, it is raised again where the run can still end
+    KILLED. The handlers are swapped, not the signal mask: a signal sent to the process is taken by any thread
+    that does not block it (MLflow's among them), and Python runs the handler in the main thread whichever
+    took it. None off the main thread, which cannot set handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    got: list[int] = []
+    saved = {s: signal.getsignal(s) for s in _STOPS}
+    for s, handler in saved.items():
+        if handler is not None:                       # None: a handler set outside Python, left as it is
+            signal.signal(s, lambda num, frame: got.append(num))
+    return saved, got
+
+
+def _release(held: tuple[dict[int, Any], list[int]] | None) -> None:
+    """Restore the handlers `_hold_stops` saved, then raise again each signal held meanwhile."""
+    if held is None:
+        return
+    saved, got = held
+    for s, handler in saved.items():
+        if handler is not None:
+            signal.signal(s, handler)
+    for num in got:
+        signal.raise_signal(num)
+
+
 @contextlib.contextmanager
 def stage_run(stage: str, params: Params, logged: Mapping[str, Any] | None = None, code: str = ""
               ) -> Iterator[StageRun]:
@@ -221,28 +255,38 @@ def stage_run(stage: str, params: Params, logged: Mapping[str, Any] | None = Non
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     from mlflow.entities import Param, RunTag
 
-    client, exp_id = _open_store(cfg, store_path(params), retries, backoff)
-    with_lock_retry(lambda: _end_stale_runs(client, exp_id, stage), retries, backoff)
-    tags = {"alphagym.stage": stage, "dvc.stage": stage, "mlflow.source.git.commit": git_commit(),
-            "alphagym.profile": params.profile, "alphagym.results": str(Path(params.paths.results).resolve()),
-            "mlflow.runName": stage,
-            "alphagym.pid": str(os.getpid()), "alphagym.host": socket.gethostname()}
-    run = with_lock_retry(lambda: client.create_run(exp_id, tags=tags, run_name=stage), retries, backoff)
-    handle = StageRun(client, run.info.run_id, retries, backoff, code)
-    _OPEN[handle.run_id] = handle
-    flat = flatten(logged if logged is not None else {k: v for k, v in params.items() if k != "profiles"})
-    plist = [Param(k[:250], v) for k, v in flat.items()]
-    for i in range(0, len(plist), 100):
-        chunk = plist[i:i + 100]
-        handle._call(lambda c=chunk: client.log_batch(handle.run_id, params=c,
-                                                      tags=[RunTag("alphagym.n_params", str(len(plist)))]))
+    held = _hold_stops()          # released inside the try below, so a signal held until then ends the run KILLED
+    try:
+        client, exp_id = _open_store(cfg, store_path(params), retries, backoff)
+        with_lock_retry(lambda: _end_stale_runs(client, exp_id, stage), retries, backoff)
+        tags = {"alphagym.stage": stage, "dvc.stage": stage, "mlflow.source.git.commit": git_commit(),
+                "alphagym.profile": params.profile, "alphagym.results": str(Path(params.paths.results).resolve()),
+                "mlflow.runName": stage,
+                "alphagym.pid": str(os.getpid()), "alphagym.host": socket.gethostname()}
+        run = with_lock_retry(lambda: client.create_run(exp_id, tags=tags, run_name=stage), retries, backoff)
+        handle = StageRun(client, run.info.run_id, retries, backoff, code)
+        _OPEN[handle.run_id] = handle
+        flat = flatten(logged if logged is not None else {k: v for k, v in params.items() if k != "profiles"})
+        plist = [Param(k[:250], v) for k, v in flat.items()]
+        for i in range(0, len(plist), 100):
+            chunk = plist[i:i + 100]
+            handle._call(lambda c=chunk: client.log_batch(handle.run_id, params=c,
+                                                          tags=[RunTag("alphagym.n_params", str(len(plist)))]))
+    except BaseException:                # a failed start: the handlers back as they were
+        _release(held)
+        raise
     status = "FAILED"
     try:
+        _release(held)
         yield handle
         status = "FINISHED"
     except (KeyboardInterrupt, SystemExit):
         status = "KILLED"
         raise
     finally:
-        handle._call(lambda: client.set_terminated(handle.run_id, status=status))
-        _OPEN.pop(handle.run_id, None)
+        held = _hold_stops()
+        try:
+            handle._call(lambda: client.set_terminated(handle.run_id, status=status))
+            _OPEN.pop(handle.run_id, None)
+        finally:
+            _release(held)
