@@ -47,6 +47,9 @@ def test_book_metrics_on_down_days():
     m = book_metrics(pnls, market)
     assert m["down_days"] == 2 and m["book_mean_on_down_days"] == pytest.approx((0.02 + 0.01) / 2)
     assert m["market_mean_on_down_days"] == pytest.approx(-0.025) and m["answers"] == 2
+    calm = book_metrics(pnls, np.array([0.01, 0.0, -0.01, 0.02]))      # no day below -1.5%
+    assert calm["down_days"] == 0
+    assert np.isnan(calm["book_mean_on_down_days"]) and np.isnan(calm["market_mean_on_down_days"])
 
 
 def test_capped_selection_uses_cpcv_order_turnover_and_correlation():

@@ -75,8 +75,9 @@ def book_metrics(pnls: np.ndarray, market: np.ndarray, down_day: float = -0.015)
             "max_drawdown": max_drawdown(book), "beta": beta, "market_corr": corr,
             "market_return": total_return(market), "market_sharpe": sharpe(market),
             "market_max_drawdown": max_drawdown(market), "down_days": float(down.sum()),
-            "book_mean_on_down_days": float(book[down].mean()) if down.any() else 0.0,
-            "market_mean_on_down_days": float(np.asarray(market)[down].mean()) if down.any() else 0.0,
+            # a mean over no day is no number: NaN ("-" in the report), not a flat 0
+            "book_mean_on_down_days": float(book[down].mean()) if down.any() else float("nan"),
+            "market_mean_on_down_days": float(np.asarray(market)[down].mean()) if down.any() else float("nan"),
             "mean_pairwise_corr": mean_pairwise_corr(pnls), "effective_bets": effective_bets(pnls)}
 
 
