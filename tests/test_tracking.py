@@ -85,7 +85,7 @@ def test_a_signal_while_the_run_is_being_written_still_ends_it_killed(root, tmp_
 
 
 def test_a_run_that_fails_to_start_gives_the_signal_handlers_back(root, tmp_path, monkeypatch):
-    """The handlers held while the run is written are restored when the store cannot be opened, and after a
+    """The handlers held while the run is written are restored when the run cannot be created, and after a
     run ends: the process stops on SIGTERM as before."""
     import alphagym.tracking as tracking
 
@@ -96,10 +96,13 @@ def test_a_run_that_fails_to_start_gives_the_signal_handlers_back(root, tmp_path
             assert signal.getsignal(signal.SIGTERM) is mine
         assert signal.getsignal(signal.SIGTERM) is mine
 
+        from mlflow.tracking import MlflowClient
+
         def broken(*a, **k):
             raise OSError("no store")
 
-        monkeypatch.setattr(tracking, "_open_store", broken)
+        monkeypatch.setattr(MlflowClient, "create_run", broken)
+        monkeypatch.setattr(tracking, "with_lock_retry", lambda fn, *a: fn())
         with pytest.raises(OSError, match="no store"), stage_run("b", _params(root, tmp_path)):
             pass
         assert signal.getsignal(signal.SIGTERM) is mine

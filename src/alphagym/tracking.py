@@ -255,14 +255,16 @@ def stage_run(stage: str, params: Params, logged: Mapping[str, Any] | None = Non
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     from mlflow.entities import Param, RunTag
 
-    held = _hold_stops()          # released inside the try below, so a signal held until then ends the run KILLED
+    client, exp_id = _open_store(cfg, store_path(params), retries, backoff)
+    with_lock_retry(lambda: _end_stale_runs(client, exp_id, stage), retries, backoff)
+    tags = {"alphagym.stage": stage, "dvc.stage": stage, "mlflow.source.git.commit": git_commit(),
+            "alphagym.profile": params.profile, "alphagym.results": str(Path(params.paths.results).resolve()),
+            "mlflow.runName": stage,
+            "alphagym.pid": str(os.getpid()), "alphagym.host": socket.gethostname()}
+    # from the run's creation until the body starts (released inside the try below), a stopping signal is
+    # held, so that it ends the run KILLED instead of leaving it RUNNING
+    held = _hold_stops()
     try:
-        client, exp_id = _open_store(cfg, store_path(params), retries, backoff)
-        with_lock_retry(lambda: _end_stale_runs(client, exp_id, stage), retries, backoff)
-        tags = {"alphagym.stage": stage, "dvc.stage": stage, "mlflow.source.git.commit": git_commit(),
-                "alphagym.profile": params.profile, "alphagym.results": str(Path(params.paths.results).resolve()),
-                "mlflow.runName": stage,
-                "alphagym.pid": str(os.getpid()), "alphagym.host": socket.gethostname()}
         run = with_lock_retry(lambda: client.create_run(exp_id, tags=tags, run_name=stage), retries, backoff)
         handle = StageRun(client, run.info.run_id, retries, backoff, code)
         _OPEN[handle.run_id] = handle
