@@ -159,6 +159,18 @@ def test_the_check_table_names_the_check_compliance_is_lost_on():
     older = RungResult("c", "c", 0, "sft", "x", table=table.drop(columns="forced_lacking"), probe={"shipped_step": 200})
     assert math.isnan(check_rows([older])[1]["forced_lacking"])
 
+    # valid_compliant: of the valid answers at that step, those passing every check (an invalid one that fails
+    # a check does not count against it); unknown without the answers' per-check columns
+    ok = dict.fromkeys(CHECK_COLUMNS, True)
+    new.answers = pd.DataFrame([{"step": 200, "valid": True, **ok},
+                                {"step": 200, "valid": True, **ok, "compliance_horizon": False},
+                                {"step": 200, "valid": False, **ok, "compliance_mechanism": False},
+                                {"step": 0, "valid": True, **ok}])
+    step0, shipped = check_rows([new])
+    assert step0["valid_compliant"] == 1.0 and shipped["valid_compliant"] == 0.5
+    new.answers = new.answers.drop(columns="compliance_horizon")
+    assert math.isnan(check_rows([new])[1]["valid_compliant"])
+
 
 def test_the_decoder_table_gives_the_share_of_answers_whose_requirement_the_decoder_wrote():
     """First and last steps' share of a step's answers the decoder completed lacking a requirement, over the

@@ -235,12 +235,23 @@ def check_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
     compliance short of 1 names the check it is lost on; `compliance_idea` beside them (the share of valid
     answers whose signal follows the brief's mechanism, `briefs.idea`), and `forced_lacking` (the share of
     the answers whose requirement the brief decoder wrote, not the policy: NaN for a probe without the
-    column). Rungs whose probe predates the check columns are left out."""
+    column), and `valid_compliant` (the share of the valid answers that pass every check: 1 wherever the brief
+    decoder wrote them). Rungs whose probe predates the check columns are left out."""
     return [{"rung": r.item, "checkpoint": label, "compliance": _num(row.get("compliance")),
+             "valid_compliant": _valid_compliant(r.answers, int(row["step"])),
              **{k: _num(row[k]) for k in CHECK_COLUMNS}, "compliance_idea": _num(row.get("compliance_idea")),
              "forced_lacking": _num(row.get("forced_lacking"))}
             for r in results if r.ok and r.table is not None and set(CHECK_COLUMNS) <= set(r.table.columns)
             for label, row in _step0_and_shipped(r)]
+
+
+def _valid_compliant(answers: pd.DataFrame | None, step: int) -> float:
+    """The share of the valid answers of checkpoint `step` that pass every check of their brief (NaN without
+    valid answers, or for answers without the per-check columns)."""
+    if answers is None or not set(CHECK_COLUMNS) <= set(answers.columns):
+        return float("nan")
+    valid = answers[(answers["step"] == step) & answers["valid"].astype(bool)]
+    return float(valid[list(CHECK_COLUMNS)].astype(bool).all(axis=1).mean()) if len(valid) else float("nan")
 
 
 def decoder_rows(results: Sequence[RungResult], answers: Mapping[str, int], window: int = 50) -> list[dict[str, Any]]:

@@ -243,10 +243,11 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
     if checks:
         md += ["## Brief compliance by check", "", "Share of the greedy holdout answers that pass each of their "
                "brief's checks (docs/briefs.md), at step 0 and the shipped checkpoint; `compliance` is the mean "
-               "share of checks passed; `forced_lacking`, the share of the answers whose brief requirement the "
-               "brief decoder wrote because the policy had not.", "",
-               plots.table_md(checks, ("rung", "checkpoint", "compliance", *CHECK_COLUMNS, "compliance_idea",
-                                       "forced_lacking")), ""]
+               "share of checks passed; `valid_compliant`, the share of the valid answers that pass them all; "
+               "`forced_lacking`, the share of the answers whose brief requirement the brief decoder wrote because "
+               "the policy had not.", "",
+               plots.table_md(checks, ("rung", "checkpoint", "compliance", "valid_compliant", *CHECK_COLUMNS,
+                                       "compliance_idea", "forced_lacking")), ""]
     decoded = decoder_rows(results, _brief_answers(params, results))
     if decoded:
         md += ["## Requirements the decoder wrote", "", "Rungs trained under brief decoding: the share of a "
