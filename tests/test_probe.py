@@ -19,7 +19,7 @@ import alphagym.probe.stage as probe_stage
 from alphagym.artifacts import write_manifest
 from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.compliance import CHECKS
-from alphagym.briefs.generate import generate, write_briefs
+from alphagym.briefs.generate import generate, read_briefs, write_briefs
 from alphagym.config import load_params
 from alphagym.data.build_panel import build_panel
 from alphagym.data.sources import load_source
@@ -110,7 +110,9 @@ def _build_ladder(tmp: Path, overrides: list[str], panels=None, rung: str | None
             for name, p in pol.model.named_parameters():
                 if "lora_B" in name:
                     p.add_(0.02 * torch.randn_like(p))
-        folder = pol.save(Path(deps["checkpoints"]) / f"checkpoint-{step:06d}", {"step": step})
+        # as the trainer saves one: its config hash in the metadata, its state beside the adapter
+        folder = pol.save(Path(deps["checkpoints"]) / f"checkpoint-{step:06d}", {"step": step, "config_hash": "x"})
+        torch.save({"step": step}, folder / "trainer_state.pt")
         if step == 4:                                  # what the rung wrote in training, as the trainer saves it
             (folder / WRITTEN).write_text(json.dumps(WRITTEN_POOL))
         write_manifest(folder)
@@ -295,6 +297,37 @@ def test_books_and_report_come_from_the_probe_and_mark_a_failed_rung(ladder):
     assert "cispo_repo" in card
     pairs = pd.read_parquet(rep["pairs"])
     assert not pairs.duplicated(["brief", "canonical"]).any()
+
+
+def test_propose_answers_from_the_shipped_rl_adapter(ladder, monkeypatch):
+    """The report ships an RL checkpoint (step 4 here, as a real run ships a trained step) and `propose`, with
+    its default checkpoint, loads it: the shipped folder's manifest matches what the report left in it (the
+    model card over peft's README.md, the trainer's state dropped)."""
+    import alphagym.report.stage as report_stage
+    from alphagym.propose.propose import load_proposer
+
+    params, table = ladder
+    for stage in ("probe@cispo_repo", "books@cispo_repo"):
+        if not Path(table[stage].outs["summary" if stage.startswith("probe") else "books"]).exists():
+            run_stage(params, stage)
+    _train_outputs(table)
+    real = report_stage.shipped_rung
+
+    def ships_step_4(results):
+        ship = real(results)
+        ship.probe = {**ship.probe, "shipped_step": 4}
+        return ship
+
+    monkeypatch.setattr(report_stage, "shipped_rung", ships_step_4)
+    run_stage(params, "report")
+    shipped = Path(table["report"].outs["adapter"])
+    assert "step 4" in (shipped / "README.md").read_text()
+    assert not (shipped / "trainer_state.pt").exists()
+    policy, where = load_proposer(params, shipped, Path(table["probe@cispo_repo"].deps["policy"]))
+    assert where == str(shipped)
+    [[answer]] = policy.generate([read_briefs(Path(table["report"].deps["briefs_holdout"]))[0]["text"]], n=1,
+                                 temperature=0.0)
+    assert isinstance(answer, str)
 
 
 def test_an_incomplete_checkpoint_is_refused_by_name(tmp_path):

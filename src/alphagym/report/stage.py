@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from alphagym.artifacts import read_json, write_parquet
+from alphagym.artifacts import read_json, write_manifest, write_parquet
 from alphagym.briefs.generate import read_briefs
 from alphagym.errors import DataError
 from alphagym.params import Params, Rl
@@ -196,6 +196,10 @@ def _ship_adapter(ship: RungResult, rl: Rl, folder: Path) -> None:
                  "or `peft.PeftModel.from_pretrained(base, ADAPTER)` on the same base (`base/` holds the tiny "
                  "base model)."]
     (folder / "README.md").write_text("\n".join(card) + "\n")
+    if step:
+        # the checkpoint's manifest lists the files left behind and peft's README.md: the shipped folder's
+        # own manifest, written last, is the one `propose` and `at_checkpoint` verify
+        write_manifest(folder)
 
 
 def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, Any]], spread: list[dict[str, Any]],
