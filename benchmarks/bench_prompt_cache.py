@@ -58,7 +58,7 @@ def main() -> int:
             flat_b = [b for b in briefs for _ in range(k)]
             flat_a = [a for g in answers for a in g]
             pol.model.train()
-            lp, _, mask = pol.answer_forward(flat_b, flat_a, grad=True, entropy=True)
+            lp, _, mask, _, _ = pol.answer_forward(flat_b, flat_a, grad=True, entropy=True)
             (lp * mask).sum().backward()
             pol.model.zero_grad(set_to_none=True)
             pol.model.eval()

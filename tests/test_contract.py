@@ -8,6 +8,7 @@ import itertools
 
 import numpy as np
 import pytest
+import torch
 
 from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.compliance import check
@@ -387,8 +388,10 @@ def test_brief_decoding_keeps_each_rows_own_brief_and_leaves_free_text_to_the_gr
     assert traced == pol.generate(texts, n=2, temperature=1.0, seed=4)
     flat_b, flat_a = [t for t in texts for _ in range(2)], [a for g in traced for a in g]
     plain = [Trace(t.ids, tuple(() for _ in t.refused)) for t in traces]     # the sampled tokens, unrestricted
-    lp0, _, m0 = pol.answer_forward(flat_b, flat_a, traces=plain)
-    lp1, _, m1 = pol.answer_forward(flat_b, flat_a, traces=traces)
+    lp0, _, m0, _, _ = pol.answer_forward(flat_b, flat_a, traces=plain)
+    lp1, _, m1, own, forced = pol.answer_forward(flat_b, flat_a, traces=traces)
+    assert bool((forced == (m0 & ~m1)).all())            # the forced tokens, with their own log-probabilities
+    torch.testing.assert_close(own[m0], lp0[m0])
     assert bool((m1 <= m0).all()) and bool((m1 < m0).any())                     # forced tokens leave the mask
     assert bool((lp1[m1] >= lp0[m1] - 1e-5).all()) and bool((lp1[m1] > lp0[m1] + 1e-3).any())
     free_text = "Design an alpha from prices only."

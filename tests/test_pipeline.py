@@ -547,6 +547,8 @@ def test_snakemake_run_reruns_on_params_and_code_and_agrees_with_dvc(root, tmp_p
     # free sampling by the smoke policy may write no valid answer: its share is then undefined (nan)
     free_idea = report["after_free"]["compliance_idea"]
     assert 0 <= report["after"]["compliance_idea"] <= 1 and (math.isnan(free_idea) or 0 <= free_idea <= 1)
+    # the reading measure of the free answers, beside the random formulas' baseline on the same briefs
+    assert 0 <= report["after_reading"]["parse"] <= 1 and 0 <= report["after_reading"]["random_checks"] <= 1
     for rung in SMOKE_LADDER:
         answers = pd.read_parquet(work / f"results/smoke/probe/tiny/{rung}/answers.parquet")
         valid = answers[answers["valid"]]
@@ -556,6 +558,7 @@ def test_snakemake_run_reruns_on_params_and_code_and_agrees_with_dvc(root, tmp_p
         # the share of greedy answers whose requirement the brief decoder wrote (0 under the grammar:
         # tests/test_probe.py)
         assert checkpoints["forced_lacking"].between(0, 1).all(), checkpoints["forced_lacking"]
+        assert checkpoints["reading_parse"].between(0, 1).all(), checkpoints["reading_parse"]
     assert _changed(work) == (set(), set())
     assert _planned(work) == set()
     # the commit a user runs after rendering dvc.yaml for a profile leaves the outputs' mtimes alone

@@ -423,7 +423,7 @@ def test_shared_prefix_forward_equals_the_full_forward(adapter, shape, kind):
     out = {}
     for share in (True, False):
         pol.model.zero_grad(set_to_none=True)
-        lp, ent, mask = pol.answer_forward(briefs, answers, adapter=adapter, grad=adapter, entropy=True,
+        lp, ent, mask, _, _ = pol.answer_forward(briefs, answers, adapter=adapter, grad=adapter, entropy=True,
                                            share_prefix=share)
         grads = None
         if adapter:

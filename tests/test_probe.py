@@ -165,6 +165,9 @@ def test_probe_selects_on_train_numbers_before_scoring_the_holdout(ladder, monke
     assert t["pass_at_k"].between(0, 1).all() and {"families", "holdout_effective_bets", "capped_answers"} <= set(t)
     assert t["sampled_families"].ge(0).all()      # the samples' families, beside the greedy answers' ones
     assert (t["forced_lacking"] == 0).all()       # the fixture decodes under the grammar: no brief to complete
+    # the reading measure of free-sampled answers, per checkpoint: shares, and gaps between -1 and 1
+    assert t["reading_parse"].between(0, 1).all() and t["reading_gap_horizon"].dropna().between(-1, 1).all()
+    assert {f"reading_own_{k}" for k in CHECKS} <= set(t.columns)
     assert t["valid"].ge(1).all() and t["families"].ge(1).all()   # the bet counts see real answers
     assert (t["families_positive"] <= t["families"]).all() and (t["train_capped_sharpe"].notna()).all()
     summary = json.loads(Path(outs["summary"]).read_text())

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from alphagym.rl.losses import kl_k3, masked_mean, policy_loss, repo_r, top_entropy_mask
+from alphagym.rl.losses import forced_nll, kl_k3, masked_mean, policy_loss, repo_r, top_entropy_mask
 
 
 def _toy():
@@ -108,3 +108,20 @@ def test_unknown_loss_is_an_error():
     logp, old, mask, adv = _toy()
     with pytest.raises(ValueError, match="unknown loss 'ppo'"):
         policy_loss("ppo", logp, old, old, adv, mask, 0.0, 0.2, 0.28, 1.2)
+
+
+def test_forced_tokens_receive_gradient_from_the_distillation_term_and_none_at_weight_0():
+    """Two answers of three tokens; the decoder forced the second answer's last two tokens. The term is the
+    weight times the mean of -log pi over those two, and only they receive gradient."""
+    own = torch.log(torch.tensor([[0.5, 0.5, 0.5], [0.9, 0.2, 0.4]])).requires_grad_(True)
+    forced = torch.tensor([[False, False, False], [False, True, True]])
+    term = forced_nll(own, forced, 0.5)
+    expected = 0.5 * -(math.log(0.2) + math.log(0.4)) / 2
+    assert abs(float(term) - expected) < 1e-6
+    term.backward()
+    assert own.grad is not None
+    torch.testing.assert_close(own.grad, torch.tensor([[0.0, 0.0, 0.0], [0.0, -0.25, -0.25]]))
+    # weight 0, or nothing forced: a constant 0 that moves nothing
+    for w, f in ((0.0, forced), (0.5, torch.zeros_like(forced))):
+        zero = forced_nll(own, f, w)
+        assert float(zero) == 0.0 and not zero.requires_grad

@@ -695,6 +695,10 @@ class RlRecipe(Section):
     epsilon_high: Annotated[float, Field(gt=0, le=10)] = Field(description="DAPO's upper clip (TRL: epsilon_high)")
     cispo_max: Annotated[float, Field(gt=0, le=100)] = Field(description="CISPO's importance-weight cap")
     beta: NonNeg = Field(description="KL coefficient to the reference, k3 estimator (TRL: beta)")
+    forced_weight: NonNeg = Field(
+        description="weight of the distillation term on the tokens the brief decoder forced: their negative "
+                    "log-probability under the plain policy, token mean (`losses.forced_nll`); 0: forced tokens "
+                    "leave the loss")
     token_selection: Literal["all", "top_entropy"] = Field(
         description="loss on every answer token, or only on the highest-entropy share of the batch")
     top_entropy_share: Annotated[float, Field(gt=0, le=1)] = Field(description="share kept by top_entropy")
@@ -822,6 +826,9 @@ class Probe(Section):
     selector: Literal["train_cpcv", "capped_book"] = Field(
         description="the checkpoint that ships: highest mean train CPCV of the answers, or highest train Sharpe "
                     "of their correlation-capped book (both train-window only; the probe reports both picks)")
+    reading_samples: Annotated[int, Field(ge=0, le=64)] = Field(
+        description="answers per holdout brief sampled without the decoder at every checkpoint, for the reading "
+                    "measure (`briefs.reading`: parse share, checks passed, brief-swap gaps; 0: none)")
 
 
 class Params(Section):

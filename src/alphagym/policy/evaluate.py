@@ -1,5 +1,6 @@
-"""How a policy answers briefs: validity, distinct canonical forms and brief compliance, next to a baseline
-of random valid formulas checked against the same briefs."""
+"""How a policy answers briefs: validity, distinct canonical forms and brief compliance, and whether it
+reads them (`reading_of`: `briefs.reading` on its free-sampled answers, against random valid formulas
+checked against the same briefs)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import numpy as np
 from alphagym.briefs.catalogue import Catalogue
 from alphagym.briefs.compliance import BriefChecker
 from alphagym.briefs.idea import IdeaCheck
+from alphagym.briefs.reading import reading
+from alphagym.dsl.parser import Limits
 from alphagym.policy.model import Policy
 from alphagym.verifier.verifier import Verifier
 
@@ -82,17 +85,11 @@ def verified_answers(policy: Policy, briefs: Sequence[Mapping[str, Any]], verifi
     return pairs, {**answer_stats(groups), "kept": float(len(pairs))}
 
 
-def random_valid_baseline(formulas: Sequence[str], briefs: Sequence[Mapping[str, Any]], cat: Catalogue,
-                          tolerance: float, n: int, seed: int, limits: Any) -> dict[str, float]:
-    """Compliance of random valid formulas (drawn from `formulas`, e.g. the corpus) with the same briefs."""
-    from alphagym.dsl.parser import parse
-
-    rng = np.random.default_rng([seed, 31])
-    ok, share = [], []
-    for b in briefs:
-        chk = BriefChecker(b, cat, tolerance)
-        for f in rng.choice(len(formulas), size=n, replace=True):
-            comp = chk.check(parse(formulas[int(f)], limits))
-            ok.append(comp.ok)
-            share.append(comp.share)
-    return {"compliant_share": float(np.mean(ok)), "compliance_mean": float(np.mean(share))}
+def reading_of(rows: Sequence[Mapping[str, Any]], briefs: Sequence[Mapping[str, Any]], cat: Catalogue, tol: float,
+               limits: Limits, baseline: Sequence[str], per_brief: int, seed: int) -> dict[str, float]:
+    """`briefs.reading` of free-sampled answer rows (`brief`, `answer`), the baseline's formulas drawn
+    `per_brief` a brief."""
+    by_brief: dict[str, list[str]] = {b["id"]: [] for b in briefs}
+    for r in rows:
+        by_brief[r["brief"]].append(r["answer"])
+    return reading(briefs, [by_brief[b["id"]] for b in briefs], cat, tol, limits, baseline, per_brief, seed)

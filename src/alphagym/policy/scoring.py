@@ -6,11 +6,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from alphagym.policy.grammar import Trace
+
+
+class Forward(NamedTuple):
+    """The answer tokens' log-probabilities under the policy, each (batch, k), answers left-padded."""
+
+    logp: torch.Tensor               # of the distribution each token was drawn from (`restrict`), 0 off `mask`
+    entropy: torch.Tensor | None     # of the model's next-token distribution, 0 off `mask` (when asked)
+    mask: torch.Tensor               # the drawn answer tokens (a forced token is not drawn)
+    own: torch.Tensor                # the model's own log-probability of every answer token, 0 off the answer
+    forced: torch.Tensor             # the tokens the decoder forced (its completion), which `mask` leaves out
 
 
 def restrict(lp: torch.Tensor, logp: torch.Tensor, target: torch.Tensor, mask: torch.Tensor,
@@ -61,8 +71,8 @@ class Scoring:
                        grad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """(log-probs, mask) of every answer token (and the closing end token), shape (batch, k): logits are
         computed for the last k positions only. `adapter=False` gives the base model's (the reference)."""
-        lp, _, mask = self.answer_forward(briefs, answers, adapter=adapter, grad=grad)
-        return lp, mask
+        f = self.answer_forward(briefs, answers, adapter=adapter, grad=grad)
+        return f.logp, f.mask
 
     def shared_prefix(self) -> list[int] | None:
         """Token ids every prompt starts with: the tokenizer's chat template rendered with the system turn
@@ -202,20 +212,25 @@ class Scoring:
     def answer_forward(self, briefs: Sequence[str], answers: Sequence[str], adapter: bool = True,
                        grad: bool = False, entropy: bool = False, share_prefix: bool = True,
                        traces: Sequence[Trace | None] | None = None
-                       ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        """(log-probs, entropies or None, mask) over the answer tokens, each (batch, k), answers left-padded
-        (ending at the last position). The entropy of the next-token distribution at each answer position is
-        what the RL trainer's controllers and token selection read; it comes from the same logits at no extra
-        forward pass. `traces` (one per answer, from `generate(trace=True)`): the log-probabilities of the
-        distribution each answer was drawn from (`restrict`)."""
+                       ) -> Forward:
+        """Log-probs, entropies (or None), mask, the model's own log-probs and the forced tokens over the answer
+        tokens, each (batch, k), answers left-padded (ending at the last position): `Forward`. The entropy of
+        the next-token distribution at each answer position is what the RL trainer's controllers and token
+        selection read; it comes from the same logits at no extra forward pass. `traces` (one per answer, from
+        `generate(trace=True)`): the log-probabilities of the distribution each answer was drawn from
+        (`restrict`); the tokens the decoder forced leave the mask and are marked `forced`, with their own
+        log-probabilities kept in `own` (the RL trainer's distillation term, `losses.forced_nll`)."""
         ctx = nullcontext() if adapter or not self.has_adapter else self.model.disable_adapter()
         grad_ctx = nullcontext() if grad else torch.no_grad()
         with ctx, grad_ctx:
             pred, target, ans_mask, shift = self._logits(briefs, answers, share_prefix, traces)
             logp = torch.log_softmax(pred.float(), dim=-1)
-            lp = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1).masked_fill(~ans_mask, 0.0)
+            own = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1).masked_fill(~ans_mask, 0.0)
+            answer = ans_mask
+            lp = own
             if traces is not None:
-                lp, ans_mask = restrict(lp, logp, target, ans_mask, traces)
+                lp, ans_mask = restrict(own, logp, target, ans_mask, traces)
+            forced = answer & ~ans_mask
             ent = None
             if entropy:
                 with torch.no_grad():
@@ -223,9 +238,9 @@ class Scoring:
             if shift is not None:
                 k = ans_mask.shape[1]
                 idx = (torch.arange(k, device=ans_mask.device)[None] - shift[:, None]) % k
-                lp, ans_mask = lp.gather(1, idx), ans_mask.gather(1, idx)
+                lp, ans_mask, own, forced = (x.gather(1, idx) for x in (lp, ans_mask, own, forced))
                 ent = None if ent is None else ent.gather(1, idx)
-        return lp, ent, ans_mask
+        return Forward(lp, ent, ans_mask, own, forced)
 
     def logprobs(self, briefs: Sequence[str], answers: Sequence[str], adapter: bool = True) -> list[torch.Tensor]:
         """Per-token log-probabilities of each answer given its brief (a list of 1-D tensors)."""

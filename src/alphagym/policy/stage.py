@@ -23,7 +23,7 @@ from alphagym.policy.corpus import build_corpus
 from alphagym.policy.evaluate import (
     answer_stats,
     evaluate_policy,
-    random_valid_baseline,
+    reading_of,
     scored_answers,
 )
 from alphagym.policy.grammar import rejected_share, steered_share
@@ -66,11 +66,11 @@ def corpus(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: St
 
 def _evaluate_on_holdout(policy: Policy, holdout: list[dict[str, Any]], verifier: Verifier, cat: Catalogue,
                          tol: float, ev: SftEval, seed: int, params: Params, desc: str
-                         ) -> tuple[dict[str, Any], dict[str, Any] | None, list[dict[str, Any]]]:
-    """The policy on the holdout briefs with the configured decoding, and (when that is the grammar) without it:
+                         ) -> tuple[dict[str, Any], dict[str, Any] | None, list[dict[str, Any]], list[dict[str, Any]]]:
+    """The policy on the holdout briefs with the configured decoding, and (when that is constrained) without it:
     what the model itself writes, and what the constrained sampler makes of it. Returns (the decoding's stats
-    with its decoder counts, the free decoding's stats or None, the decoding's answer rows); the policy is left
-    with the configured decoding."""
+    with its decoder counts, the free decoding's stats or None, the decoding's answer rows, the free answer
+    rows: the decoding's own when it is free); the policy is left with the configured decoding."""
     set_decoding(policy, params.policy.decoding, params.dsl.limits, params.briefs.horizon_tolerance)
     idea = IdeaCheck(verifier.panel, cat)        # mechanism fidelity on the train panel the verifier scores on
     stats, rows = evaluate_policy(policy, holdout, verifier, cat, tol, ev.samples, ev.temperature, seed, desc=desc,
@@ -81,13 +81,14 @@ def _evaluate_on_holdout(policy: Policy, holdout: list[dict[str, Any]], verifier
     stats["decode_forced_late"] = policy.decode_stats.get("forced_late", 0)
     stats["decode_forced_lacking"] = policy.decode_stats.get("forced_lacking", 0)
     policy.decode_stats.clear()
-    free = None
+    free, free_rows = None, rows
     if params.policy.decoding != "free":
         set_decoding(policy, "free", params.dsl.limits, params.briefs.horizon_tolerance)
-        free, _ = evaluate_policy(policy, holdout, verifier, cat, tol, ev.samples, ev.temperature, seed,
-                                  desc=f"{desc} free", idea=idea)
+        free, free_rows = evaluate_policy(policy, holdout, verifier, cat, tol, ev.samples, ev.temperature, seed,
+                                          desc=f"{desc} free", idea=idea)
         set_decoding(policy, params.policy.decoding, params.dsl.limits, params.briefs.horizon_tolerance)
-    return stats, free, rows
+    return stats, free, rows, free_rows
+
 
 
 def sft(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: StageRun, item: str) -> dict[str, Any]:
@@ -114,12 +115,17 @@ def sft(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Stage
                               "parameters": n_params, "trainable_parameters": n_train, "holdout_briefs": len(holdout)}
     grammar = params.policy.decoding != "free"
 
+    limits = Limits.from_params(params.dsl.limits)
+
     def evaluate(key: str, seed: int) -> list:
-        stats, free, rows = _evaluate_on_holdout(policy, holdout, verifier, cat, tol, ev, seed, params,
-                                                 desc=f"{item} {key}")
+        stats, free, rows, free_rows = _evaluate_on_holdout(policy, holdout, verifier, cat, tol, ev, seed, params,
+                                                            desc=f"{item} {key}")
         report[key] = stats
         if free is not None:
             report[f"{key}_free"] = free
+        # does the model read its brief: its own answers against its brief, a swapped one and random formulas
+        report[f"{key}_reading"] = reading_of(free_rows, holdout, cat, tol, limits, list(pairs["formula"]),
+                                              ev.samples, seed)
         return rows
 
     if item != "tiny":       # a pretrained model before SFT: the zero-shot baseline
@@ -136,9 +142,6 @@ def sft(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Stage
     for r in report["self_distill"]:
         run.log_metrics({f"self_distill/{k}": v for k, v in r.items()})
     rows = evaluate("after", seed + 1)
-    report["random_valid_baseline"] = random_valid_baseline(
-        list(pairs["formula"]), holdout, cat, tol, ev.samples, seed,
-        Limits.from_params(params.dsl.limits))
     report["final_loss"] = curve[-1]["loss"]
     report["final_eval_loss"] = next((r["eval_loss"] for r in reversed(curve) if "eval_loss" in r), None)
     report["sft_seconds"] = float(sum(r["step_time"] for r in curve))
@@ -151,6 +154,7 @@ def sft(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Stage
     run.log_metrics({f"holdout/{k}": v for k, v in report["after"].items()})
     if grammar:
         run.log_metrics({f"holdout_free/{k}": v for k, v in report["after_free"].items()})
+    run.log_metrics({f"reading/{k}": v for k, v in report["after_reading"].items()})
     run.log_artifact(outs["report"])
     run.log_artifact(outs["curve"])
     return {"pairs": len(pairs), **{f"after_{k}": v for k, v in report["after"].items()}}

@@ -17,10 +17,14 @@ from tqdm.auto import tqdm
 
 from alphagym.artifacts import read_json, write_parquet
 from alphagym.briefs.catalogue import load_catalogue
+from alphagym.briefs.compliance import CHECKS
 from alphagym.briefs.generate import read_briefs
 from alphagym.briefs.idea import IdeaCheck
+from alphagym.briefs.reading import reading
+from alphagym.dsl.parser import Limits
 from alphagym.panel import Panel
 from alphagym.params import Params
+from alphagym.policy.model import Policy
 from alphagym.probe.probe import (
     answer_rows,
     holdout_phase,
@@ -61,6 +65,7 @@ def probe(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
     passes: dict[int, float] = {}
     spread: dict[int, int] = {}
     lacking: dict[int, float] = {}
+    reading: dict[int, dict[str, float]] = {}
     for step, folder in tqdm(checkpoints, desc=f"probe {item}", unit="ckpt"):
         policy = at_checkpoint(base, folder)
         policy.decode_stats.clear()
@@ -70,6 +75,8 @@ def probe(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
         new_rows, new_pnls = answer_rows(step, briefs, answers, train_v, cat, tol, idea)
         rows += new_rows
         train_pnls += new_pnls
+        if params.probe.reading_samples:
+            reading[step] = _reading(policy, briefs, params, seed + 100_000 + step)
         if k:
             sampled = policy.generate([b["text"] for b in briefs], n=k, temperature=temp, seed=seed + 1 + step)
             cards = sampled_cards(sampled, train_v)
@@ -77,6 +84,8 @@ def probe(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
     answers = pd.DataFrame(rows)
     train = train_table(answers, train_pnls, cat.idea_tau)
     train["forced_lacking"] = train["step"].map(lacking)
+    for col in READING_COLUMNS if reading else ():
+        train[f"reading_{col}"] = train["step"].map({s: r[col] for s, r in reading.items()})
     if k:
         train["pass_at_k"] = train["step"].map(passes)
         train["sampled_families"] = train["step"].map(spread)
@@ -116,6 +125,24 @@ def probe(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
     run.log_artifact(outs["summary"])
     return {"rung": item, "shipped_step": shipped, "shipped_train_cpcv": summary["shipped"]["train_cpcv"],
             "shipped_holdout_score": summary["shipped"]["holdout_score"]}
+
+
+# the reading measure's columns in the checkpoint table, each as `reading_<name>`
+READING_COLUMNS = ("parse", "own_checks", "own_all", *(f"{p}_{k}" for p in ("own", "gap") for k in CHECKS))
+
+
+def _reading(policy: Policy, briefs: list[dict[str, Any]], params: Params, seed: int) -> dict[str, float]:
+    """`briefs.reading` of `probe.reading_samples` answers a brief sampled without the decoder (the policy's own
+    writing at `probe.temperature`); the policy's decoding is given back after."""
+    held = policy.grammar, policy.contracts
+    policy.grammar = policy.contracts = None
+    try:
+        answers = policy.generate([b["text"] for b in briefs], n=params.probe.reading_samples,
+                                  temperature=params.probe.temperature, seed=seed)
+    finally:
+        policy.grammar, policy.contracts = held
+    return reading(briefs, answers, load_catalogue(), params.briefs.horizon_tolerance,
+                   Limits.from_params(params.dsl.limits))
 
 
 def _plain(row: pd.Series) -> dict[str, Any]:

@@ -1,8 +1,9 @@
-"""Per-token policy losses (GRPO, DAPO, CISPO), the k3 KL estimate, REPO-R advantage shaping and the
-high-entropy token selection. Pure tensor functions; tests/test_rl_losses.py checks values and gradients on
-hand-computed tensors.
+"""Per-token policy losses (GRPO, DAPO, CISPO), the k3 KL estimate, REPO-R advantage shaping, the high-entropy token
+selection and the distillation term on the tokens the brief decoder forced. Pure tensor functions;
+tests/test_rl_losses.py checks values and gradients on hand-computed tensors.
 
-Shapes: `logp`, `old_logp`, `ref_logp`, `mask` are (batch, tokens); `adv` is (batch,) or (batch, tokens).
+Shapes: `logp`, `old_logp`, `ref_logp`, `mask`, `own`, `forced` are (batch, tokens); `adv` is (batch,) or
+(batch, tokens).
 """
 
 from __future__ import annotations
@@ -93,3 +94,15 @@ def policy_loss(kind: str, logp: torch.Tensor, old_logp: torch.Tensor, ref_logp:
     kl = masked_mean(kl_k3(logp, ref_logp.detach()), mask, level)
     loss = pl + beta * kl if beta else pl
     return LossOut(loss, float(pl.detach()), float(kl.detach()), clip)
+
+
+def forced_nll(own: torch.Tensor, forced: torch.Tensor, weight: float) -> torch.Tensor:
+    """The decoder distilled into the policy: weight * mean over the batch's forced tokens of -log pi(t),
+    pi the plain policy (`own`: the model's own log-probability of each answer token). Under the restricted
+    distribution a forced token has probability 1 and leaves the policy loss, so nothing else raises the
+    policy's own probability of writing what the decoder wrote for it. A constant 0 (no gradient) when
+    `weight` is 0 or no token was forced."""
+    n = forced.sum()
+    if weight == 0 or int(n) == 0:
+        return own.new_zeros(())
+    return weight * -(own * forced.to(own.dtype)).sum() / n

@@ -41,10 +41,11 @@ from alphagym.params import RlRecipe
 from alphagym.policy.backends import base_fingerprint
 from alphagym.policy.grammar import Trace, rejected_share, steered_share
 from alphagym.policy.model import META, Policy
+from alphagym.policy.scoring import Forward
 from alphagym.rl.advantages import group_advantages
 from alphagym.rl.controllers import AdaptiveClip, ZetaThermostat
 from alphagym.rl.env import Environment, Scored
-from alphagym.rl.losses import policy_loss, repo_r, top_entropy_mask
+from alphagym.rl.losses import forced_nll, policy_loss, repo_r, top_entropy_mask
 from alphagym.verifier.channels import combined
 from alphagym.verifier.verifier import EVALUATOR_ERROR
 
@@ -170,7 +171,7 @@ class Trainer:
     # --- 4-5. the update ----------------------------------------------------------------------------------------
     def _forward(self, briefs: list[str], answers: list[str], adapter: bool, grad: bool, entropy: bool,
                  traces: Sequence[Trace | None] | None = None
-                 ) -> list[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]]:
+                 ) -> list[Forward]:
         mb = self.cfg.micro_batch
         return [self.policy.answer_forward(briefs[i:i + mb], answers[i:i + mb], adapter=adapter, grad=grad,
                                            entropy=entropy, traces=None if traces is None else traces[i:i + mb])
@@ -183,8 +184,8 @@ class Trainer:
         cfg = self.cfg
         mb = cfg.micro_batch
         t0 = time.perf_counter()
-        ref = [lp for lp, _, _ in self._forward(briefs, answers, adapter=False, grad=False, entropy=False,
-                                                traces=traces)]
+        ref = [f.logp for f in self._forward(briefs, answers, adapter=False, grad=False, entropy=False,
+                                             traces=traces)]
         t1 = time.perf_counter()
         adv_t = torch.tensor(adv, dtype=torch.float32, device=self.policy.device)
         n_tokens = 0.0
@@ -197,9 +198,9 @@ class Trainer:
             self.policy.model.train()
             self.opt.zero_grad(set_to_none=True)
             for k, i in enumerate(range(0, len(briefs), mb)):
-                lp, ent, mask = self.policy.answer_forward(briefs[i:i + mb], answers[i:i + mb], grad=True,
-                                                           entropy=True,
-                                                           traces=None if traces is None else traces[i:i + mb])
+                lp, ent, mask, own, forced = self.policy.answer_forward(
+                    briefs[i:i + mb], answers[i:i + mb], grad=True, entropy=True,
+                    traces=None if traces is None else traces[i:i + mb])
                 assert ent is not None
                 if it == 0:
                     old.append(lp.detach())
@@ -211,10 +212,15 @@ class Trainer:
                     if cfg.token_selection == "top_entropy" else mask
                 out = policy_loss(cfg.loss, lp, old[k], ref[k], a_tok, keep, cfg.beta, cfg.epsilon, clip_high,
                                   cfg.cispo_max)
+                # the decoder distilled into the policy: what it forced, as a supervised term
+                distill = forced_nll(own, forced, cfg.forced_weight)
                 # micro-batches weigh by their share of the batch, so the sum is the batch loss
-                (out.loss * (len(a) / len(briefs))).backward()
-                for name, v in [("policy_loss", out.policy_loss), ("kl", out.kl), *out.clip_ratio.items()]:
+                ((out.loss + distill) * (len(a) / len(briefs))).backward()
+                for name, v in [("policy_loss", out.policy_loss), ("kl", out.kl), *out.clip_ratio.items(),
+                                ("distill/forced_nll", float(distill.detach()))]:
                     stats.setdefault(name, []).append(v * len(a) / len(briefs))
+                if it == 0:
+                    stats.setdefault("forced_tokens", []).append(float(forced.sum()))
                 stats.setdefault("tokens_kept", []).append(float(keep.sum()))
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
             self.opt.step()
@@ -229,6 +235,10 @@ class Trainer:
                         "time/reference": t1 - t0, "time/update": t2 - t1,
                         "learning_rate": float(self.opt.param_groups[0]["lr"])})
         metrics["frac_tokens_kept"] = metrics.pop("tokens_kept") / max(n_tokens, 1)
+        # the share of the answers' tokens the decoder forced (0 under the grammar's rare closings)
+        forced_n = float(np.sum(stats.get("forced_tokens", [0.0])))
+        metrics.pop("forced_tokens", None)
+        metrics["distill/forced_share"] = forced_n / max(n_tokens + forced_n, 1)
         self.zeta.update(entropy)
         self.clip_high.update(entropy)
         return metrics
