@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.compliance import check
@@ -70,7 +71,8 @@ def test_build_corpus_keeps_valid_pairs_only(sim_panels, root):
     cat = load_catalogue()
     train = set(families(cat)) - set(holdout_families(cat, 0.15, 7))
     df, counts = build_corpus(lambda f: v.score(f), cat, train,
-                              Corpus(candidates=120, alpha101_share=0.3, one_horizon=False, mechanism_by="form"), 0.5,
+                              Corpus(candidates=120, alpha101_share=0.3, one_horizon=False, mechanism_by="form",
+                                     pairing="formula", briefs=1, per_brief=1), 0.5,
                               Limits(), (5, 21, 63, 126, 252), 7)
     assert counts["pairs"] == len(df) > 20
     assert counts["candidates"] == sum(counts[k] for k in ("parse_errors", "invalid", "no_brief", "pairs"))
@@ -98,7 +100,8 @@ def test_mechanism_by_idea_names_a_mechanism_the_formula_follows_where_it_follow
     v, cat = Verifier(panel, p), load_catalogue()
     idea = IdeaCheck(panel, cat)
     train = set(families(cat)) - set(holdout_families(cat, 0.15, 7))
-    args = (cat, train, Corpus(candidates=150, alpha101_share=0.0, one_horizon=False, mechanism_by="idea"), 0.5,
+    args = (cat, train, Corpus(candidates=150, alpha101_share=0.0, one_horizon=False, mechanism_by="idea",
+                           pairing="formula", briefs=1, per_brief=1), 0.5,
             Limits(), (5, 21, 63, 126, 252), 7)
     df, counts = build_corpus(lambda f: v.score(f), *args, idea=idea)
     form, _ = build_corpus(lambda f: v.score(f), cat, train, args[2].model_copy(update={"mechanism_by": "form"}),
@@ -126,6 +129,34 @@ def test_mechanism_by_idea_names_a_mechanism_the_formula_follows_where_it_follow
     assert len(only) == c["pairs"] == c["on_mechanism"] == counts["on_mechanism"]
     assert (only["idea_fidelity"] >= idea.tau).all() and c["off_mechanism"] == counts["pairs"] - c["pairs"]
     assert c["candidates"] == sum(c[k] for k in ("parse_errors", "invalid", "no_brief", "off_mechanism", "pairs"))
+
+def test_a_brief_first_corpus_pairs_each_drawn_brief_with_formulas_that_pass_it(sim_panels, root):
+    """`pairing: brief`: briefs from the training families, every horizon represented, each with at most
+    `per_brief` formulas that pass all its checks, the least used first; seeded."""
+    from alphagym.briefs.compliance import check
+    from alphagym.config import load_params
+    from alphagym.verifier.verifier import Verifier
+
+    p = load_params(root / "params.yaml", ["verifier.jepa_stress.enabled=false"])
+    v, cat = Verifier(sim_panels[0].slice_days(0, 700), p), load_catalogue()
+    train = set(families(cat)) - set(holdout_families(cat, 0.15, 7))
+    cfg = Corpus(candidates=300, alpha101_share=0.0, one_horizon=False, mechanism_by="form", pairing="brief",
+                 briefs=200, per_brief=3)
+    args = (cat, train, cfg, 0.5, Limits(), (5, 21, 63, 126, 252), 7)
+    df, counts = build_corpus(lambda f: v.score(f), *args)
+    assert counts["pairs"] == len(df) > 100 and counts["briefs"] == 200
+    assert counts["candidates"] == counts["parse_errors"] + counts["invalid"] + counts["valid"]
+    assert set(df["family"]) <= train
+    per = df.groupby("brief").size()
+    assert per.max() <= 3 and len(per) == 200 - counts["briefs_unmatched"]
+    assert set(df["brief_horizon"]) == set(cat.horizons)         # every horizon a brief can ask for
+    for _, r in df.iterrows():
+        fields = {k: r[f"brief_{k}"] for k in ("mechanism", "horizon", "input_rule", "structure", "forbidden")}
+        assert check(fields, parse(r["formula"]), cat, 0.5).ok
+    assert counts["formulas_used"] == df["formula"].nunique()
+    again, _ = build_corpus(lambda f: v.score(f), *args)
+    pd.testing.assert_frame_equal(df, again)
+
 
 def test_filter_keeps_partly_solved_briefs_or_the_closest_to_break_even():
     import pandas as pd

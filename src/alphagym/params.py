@@ -622,6 +622,12 @@ class Corpus(Section):
         description="a formula's brief mechanism, drawn from those whose check it passes ('form'), or from those "
         "of them it also follows (mechanism fidelity at least briefs' idea_tau) where there is one ('idea'), the "
         "formula dropped where there is none ('idea_only')")
+    pairing: Literal["formula", "brief"] = Field(
+        description="formula first (each valid formula paired with one brief drawn among the options it passes) "
+                    "or brief first (`briefs` briefs drawn from the training families, each paired with up to "
+                    "`per_brief` valid formulas that pass all its checks: docs/policy.md)")
+    briefs: Annotated[int, Field(ge=1, le=1_000_000)] = Field(description="briefs drawn for pairing: brief")
+    per_brief: Annotated[int, Field(ge=1, le=1000)] = Field(description="formulas a brief for pairing: brief")
 
 
 class SftEval(Section):

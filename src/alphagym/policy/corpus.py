@@ -15,6 +15,16 @@ learns that a brief's mechanism says little. `mechanism_by: idea` draws the mech
 formula also follows, where there is one: its signal's fidelity to the mechanism's reference signals
 reaches the catalogue's `idea_tau` (`briefs.idea`, measured on the train panel); a formula that follows
 none keeps a mechanism drawn by form, or with `idea_only` is dropped (counted as `off_mechanism`).
+
+`pairing: brief` builds the corpus brief first, so that a brief's fields can be learned from it: `briefs`
+briefs are drawn from the training families as the briefs stage draws them (families in a seeded order,
+cycled; every other field uniform, so every value of every field is represented), and each is paired with up
+to `per_brief` of the valid formulas that pass every check of it, the least used first (so the pairs spread
+over the candidates instead of repeating the few that pass many briefs); under `mechanism_by: idea(_only)`
+the formulas that also follow the brief's mechanism come first (`idea_only`: only they). A formula-first
+pair draws each field among the options a formula passes, so a field predicts little of the formula: the
+horizon, a number the answer must copy into its longest window, is what that teaches least. A brief no
+candidate passes is counted (`briefs_unmatched`).
 """
 
 from __future__ import annotations
@@ -167,6 +177,8 @@ def build_corpus(score: Callable[[str], Any], cat: Catalogue, train_families: se
     if cfg.mechanism_by != "form" and idea is None:
         raise ConfigError(f"sft.corpus.mechanism_by: {cfg.mechanism_by} needs the idea check (build_corpus(idea=...))")
     texts = candidates(cfg.candidates, seed, cat.horizons, cfg.alpha101_share, cfg.one_horizon)
+    if cfg.pairing == "brief":
+        return _brief_first(texts, score, cat, train_families, cfg, tolerance, limits, buckets, seed, progress, idea)
     rng = np.random.default_rng([seed, 12])
     rows, counts = [], {"candidates": len(texts), "parse_errors": 0, "invalid": 0, "no_brief": 0}
     for text in progress(texts):
@@ -197,12 +209,84 @@ def build_corpus(score: Callable[[str], Any], cat: Catalogue, train_families: se
                 counts["off_mechanism"] = counts.get("off_mechanism", 0) + 1       # it follows none it could name
                 continue
             counts["on_mechanism"] = counts.get("on_mechanism", 0) + on
-        rows.append({"brief": render(cat, fields), **{f"brief_{k}": v for k, v in fields.items()}, **extra,
-                     "family": f"{fields['mechanism']}|{fields['structure']}", "formula": text,
-                     "canonical": canonical(ast, buckets), "answer": f"<alpha>{text}</alpha>",
-                     "cpcv": card.channels["cpcv"],
-                     **{f"channel_{k}": float(v) for k, v in card.channels.items()},
-                     **{f"metric_{k}": float(v) for k, v in card.metrics.items()
-                        if k in ("sharpe_net", "turnover", "ic", "beta", "lookback", "nodes")}})
+        rows.append(_row(cat, fields, extra, text, ast, card, buckets))
     counts["pairs"] = len(rows)
+    return pd.DataFrame(rows), counts
+
+
+def _row(cat: Catalogue, fields: dict[str, Any], extra: dict[str, Any], text: str, ast: Any, card: Any,
+         buckets: tuple[int, ...]) -> dict[str, Any]:
+    return {"brief": render(cat, fields), **{f"brief_{k}": v for k, v in fields.items()}, **extra,
+            "family": f"{fields['mechanism']}|{fields['structure']}", "formula": text,
+            "canonical": canonical(ast, buckets), "answer": f"<alpha>{text}</alpha>",
+            "cpcv": card.channels["cpcv"],
+            **{f"channel_{k}": float(v) for k, v in card.channels.items()},
+            **{f"metric_{k}": float(v) for k, v in card.metrics.items()
+               if k in ("sharpe_net", "turnover", "ic", "beta", "lookback", "nodes")}}
+
+
+_PART_OF = {"mechanism": "mechanisms", "structure": "structures", "input_rule": "input_rules",
+            "forbidden": "forbidden"}
+
+
+def _brief_first(texts: list[str], score: Callable[[str], Any], cat: Catalogue, train_families: set[str],
+                 cfg: Corpus, tolerance: float, limits: Limits, buckets: tuple[int, ...], seed: int,
+                 progress: Callable[[Any], Any], idea: IdeaCheck | None) -> tuple[pd.DataFrame, dict[str, int]]:
+    """The brief-first corpus (module docstring): each valid candidate indexed by the options of every field
+    it passes, then each drawn brief paired with the formulas in all five of its options."""
+    from alphagym.briefs.generate import draw
+
+    counts = {"candidates": len(texts), "parse_errors": 0, "invalid": 0}
+    valid: list[tuple[str, Any, Any]] = []
+    index: dict[tuple[str, Any], set[int]] = {}
+    for text in progress(texts):
+        try:
+            ast = parse(text, limits)
+        except DslError:
+            counts["parse_errors"] += 1
+            continue
+        card = score(text)
+        if not card.valid:
+            counts["invalid"] += 1
+            continue
+        i = len(valid)
+        valid.append((text, ast, card))
+        for field, part in _PART_OF.items():
+            for k in cat.ids(part):
+                if check_spec(cat.spec(part, k), ast) is None:
+                    index.setdefault((field, k), set()).add(i)
+        for h in cat.horizons:
+            if horizon_reason(ast, h, tolerance) is None:
+                index.setdefault(("horizon", h), set()).add(i)
+    rng = np.random.default_rng([seed, 13])
+    briefs = draw(cat, sorted(train_families), cfg.briefs, "corpus", rng, stratified=True)
+    used = np.zeros(len(valid), int)
+    signals: dict[int, Any] = {}
+    rows: list[dict[str, Any]] = []
+    unmatched = 0
+    for b in briefs:
+        fields = {k: b[k] for k in ("mechanism", "horizon", "input_rule", "structure", "forbidden", "risk")}
+        match = set.intersection(*(index.get((f, fields[f]), set()) for f in (*_PART_OF, "horizon")))
+        order = sorted(match, key=lambda i: (int(used[i]), float(rng.random())))
+        fid: dict[int, float] = {}
+        if idea is not None and cfg.mechanism_by != "form":
+            order = order[:8 * cfg.per_brief]          # the least used, enough to find those that follow it
+            for i in order:
+                if i not in signals:
+                    signals[i] = idea.signal(valid[i][1])
+                fid[i] = idea.fidelity_of(valid[i][1], fields["mechanism"], signal=signals[i])
+            follows = [i for i in order if fid[i] >= idea.tau]
+            order = follows if cfg.mechanism_by == "idea_only" else follows + [i for i in order if i not in follows]
+        if not order:
+            unmatched += 1
+            continue
+        for i in order[:cfg.per_brief]:
+            used[i] += 1
+            text, ast, card = valid[i]
+            assert check(fields, ast, cat, tolerance).ok, (text, fields)
+            rows.append(_row(cat, fields, {"idea_fidelity": fid[i]} if fid else {}, text, ast, card, buckets))
+    counts.update({"valid": len(valid), "briefs": len(briefs), "briefs_unmatched": unmatched,
+                   "formulas_used": int((used > 0).sum()), "pairs": len(rows)})
+    if idea is not None and cfg.mechanism_by != "form":
+        counts["on_mechanism"] = sum(r["idea_fidelity"] >= idea.tau for r in rows)
     return pd.DataFrame(rows), counts
