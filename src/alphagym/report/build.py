@@ -245,6 +245,29 @@ def check_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
             for label, row in _step0_and_shipped(r)]
 
 
+READING_COLUMNS = ("reading_parse", "reading_own_checks", "reading_own_all",
+                   *(f"reading_gap_{k}" for k in _CHECK_COLUMNS))
+
+
+def reading_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
+    """Per rung, the SFT policy (step 0), the shipped checkpoint and the last one: does the policy read its
+    brief (`briefs.reading`, on answers sampled without the decoder): the share that parse, the share of
+    checks they pass against their own brief and of answers passing all, and each check's gap against the
+    same brief with that field swapped. Rungs whose probe predates the reading columns are left out."""
+    rows = []
+    for r in results:
+        if not r.ok or r.table is None or not set(READING_COLUMNS) <= set(r.table.columns):
+            continue
+        picks = _step0_and_shipped(r)
+        last = r.table.loc[r.table["step"].idxmax()].to_dict()
+        if int(last["step"]) not in (0, int(r.probe["shipped_step"])):
+            picks.append((f"last ({int(last['step'])})", last))
+        rows += [{"rung": r.item, "checkpoint": label,
+                  **{k.removeprefix("reading_"): _num(row.get(k)) for k in READING_COLUMNS}}
+                 for label, row in picks]
+    return rows
+
+
 def _valid_compliant(answers: pd.DataFrame | None, step: int) -> float:
     """The share of the valid answers of checkpoint `step` that pass every check of their brief (NaN without
     valid answers, or for answers without the per-check columns)."""

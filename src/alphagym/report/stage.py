@@ -25,6 +25,7 @@ from alphagym.report.build import (
     BET_TABLE_COLUMNS,
     BOOK_KEYS,
     CHECK_COLUMNS,
+    READING_COLUMNS,
     ROLES,
     RungResult,
     bet_rows,
@@ -34,6 +35,7 @@ from alphagym.report.build import (
     load_rung,
     mark_noise,
     pairs,
+    reading_rows,
     seed_spread,
     selector_rows,
     shipped_rung,
@@ -252,6 +254,16 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
                "the policy had not.", "",
                plots.table_md(checks, ("rung", "checkpoint", "compliance", "valid_compliant", *CHECK_COLUMNS,
                                        "compliance_idea", "forced_lacking")), ""]
+    read = reading_rows(results)
+    if read:
+        md += ["## Does the policy read its brief?", "", f"Answers sampled without the decoder "
+               f"(`probe.reading_samples` = {params.probe.reading_samples} a holdout brief), at step 0, the shipped "
+               "and the last checkpoint (docs/briefs.md, \"Reading\"): `parse`, the share whose formula parses; "
+               "among those, `own_checks`, the mean share of their own brief's checks passed, and `own_all`, the "
+               "share passing all; `gap_<check>`, that check's pass rate against the own brief less against the "
+               "same brief with that field swapped (near 0: the field is not read).", "",
+               plots.table_md(read, ("rung", "checkpoint", *(k.removeprefix("reading_") for k in READING_COLUMNS))),
+               ""]
     decoded = decoder_rows(results, _brief_answers(params, results))
     if decoded:
         md += ["## Requirements the decoder wrote", "", "Rungs trained under brief decoding: the share of a "
