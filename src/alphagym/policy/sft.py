@@ -101,8 +101,11 @@ def self_distill(policy: Policy, pairs: pd.DataFrame, briefs: Sequence[Mapping[s
     for k in range(sd.rounds):
         got, stats = verified_answers(policy, briefs, verifier, cat, tol, sd.samples, temperature,
                                       seed + 100 + k, desc=f"{desc} {k + 1}", min_compliance=sd.min_compliance)
+        # the share of the drawn answers whose brief requirement the decoder wrote: taught to the policy as its own
+        lacking = policy.decode_stats.get("forced_lacking", 0) / max(stats["answers"], 1)
         policy.decode_stats.clear()
-        row = {"round": k + 1, "drawn": stats["answers"], "valid_share": stats["valid_share"], "kept": stats["kept"]}
+        row = {"round": k + 1, "drawn": stats["answers"], "valid_share": stats["valid_share"], "kept": stats["kept"],
+               "forced_lacking": lacking}
         if not got:                  # a policy too weak to write one valid answer: nothing to learn from
             rounds.append({**row, "replayed": 0.0, "steps": 0.0})
             continue
