@@ -295,6 +295,7 @@ def test_books_and_report_come_from_the_probe_and_mark_a_failed_rung(ladder):
         "training_curves.png", "selector_vs_holdout.png", "answer_scores.png", "growth.png", "book_vs_market.png"}
     assert "## Brief compliance by check" in md and "compliance_horizon" in md
     assert "## Does the policy read its brief?" in md and "gap_horizon" in md
+    assert "## Bets over training" in md and "holdout_mean_abs_corr" in md
     # the fixture samples under the grammar alone: no requirement for the decoder to write, no such table
     assert "## Requirements the decoder wrote" not in md
     card = (Path(rep["adapter"]) / "README.md").read_text()

@@ -327,3 +327,18 @@ def test_every_key_the_report_reads_from_books_is_checked(tmp_path, books, messa
     assert message in str(err.value) and f"(file {files['books']})" in str(err.value), str(err.value)
     nan = _with(_with(_books(), "equal_weight.beta", float("nan")), "capped", None)
     assert _load(_rung_files(tmp_path / "ok", books=nan)).ok
+
+
+def test_bets_over_training_average_each_step_over_the_replicas():
+    from alphagym.report.build import convergence_rows
+
+    def run(item, rung, corr):
+        table = pd.DataFrame({"step": [0, 100], "families": [40.0, 10.0], "holdout_mean_abs_corr": corr,
+                              "holdout_effective_bets": [20.0, 3.0], "train_effective_bets": [18.0, 4.0]})
+        return RungResult(item, rung, 0, "sft", "x", table=table, probe={"shipped_step": 100})
+
+    rows = convergence_rows([run("a", "a", [0.1, 0.5]), run("a-s1", "a", [0.1, 0.3]),
+                             run("b", "b", [0.2, 0.2]), RungResult("c", "c", 0, "sft", "x", missing=["m"])])
+    assert [(r["rung"], r["step"], r["replicas"]) for r in rows] == [("a", 0, 2), ("a", 100, 2), ("b", 0, 1),
+                                                                      ("b", 100, 1)]
+    assert rows[1]["holdout_mean_abs_corr"] == pytest.approx(0.4) and rows[1]["families"] == 10.0

@@ -118,13 +118,20 @@ def test_the_env_sets_crowding_over_the_whole_step(sim_panels):
     assert g1[0].channels["crowding"] == pytest.approx(-1 / 2) and g1[1].channels["crowding"] == 0.0
     assert g2[0].channels["crowding"] == pytest.approx(-1 / 2) and g2[1].channels["crowding"] == 0.0
     assert g2[2].channels["crowding"] == 0.0
+    step = ("crowding", "marginal")
     for s, b in zip(g1 + g2, before):
-        assert {k: v for k, v in s.channels.items() if k != "crowding"} == {k: v for k, v in b.items()
-                                                                              if k != "crowding"}
+        assert {k: v for k, v in s.channels.items() if k not in step} == {k: v for k, v in b.items()
+                                                                            if k not in step}
+        # R16 against the empty book before the first commit: the answer's own R1
+        assert s.channels["marginal"] == s.channels["cpcv"]
     env.commit(g1 + g2)
+    paying = [s for s in g1 + g2 if s.valid and s.channels["cpcv"] > 0]
+    assert len(env.book) >= min(1, len(paying))
     g3 = env.score(ANSWERS[:1], brief)
     env.step_channels([g3])                      # alone in its step: only the committed step counts
     assert g3[0].channels["crowding"] == pytest.approx(-2 / 4)
+    assert g3[0].canonical in env.book.labels     # it paid: a member written again adds nothing to the book
+    assert g3[0].channels["marginal"] == pytest.approx(0.0, abs=1e-9) and g3[0].channels["cpcv"] > 0
 
 
 def test_the_quality_gate_charges_broken_losing_and_factor_answers_in_full(sim_panels):

@@ -303,10 +303,11 @@ def test_crowding_charges_two_forms_of_one_bet_as_one_family(tmp_path):
     from types import SimpleNamespace
 
     from alphagym.rl.env import Scored, VerifierEnv
-    from alphagym.verifier.archive import NoveltyArchive
+    from alphagym.verifier.archive import MarginalBook, NoveltyArchive
 
     rng = np.random.default_rng(1)
     a, b = rng.normal(size=300), rng.normal(size=300)
+    slices = make_slices(300)
 
     def scored(canon, pnl):
         return Scored(True, {"cpcv": 1.0}, 1.0, canon, card=SimpleNamespace(pnl=pnl, formula=canon))
@@ -316,8 +317,12 @@ def test_crowding_charges_two_forms_of_one_bet_as_one_family(tmp_path):
         e.verifier = SimpleNamespace(archive=NoveltyArchive(300, 16),
                                      cfg=SimpleNamespace(crowding=P.Crowding(weight=1.0, window=5,
                                                                              same_bet_corr=same_bet_corr,
-                                                                             max_factor_r2=None)))
+                                                                             max_factor_r2=None),
+                                                         marginal=P.Marginal(size=4, max_corr=0.5)),
+                                     scorer=SimpleNamespace(cpcv_of_net=lambda x: cpcv_statistic(
+                                         masked_sharpes(x, slices.test), 0.5)))
         e.recent, e.bets, e.written = deque(maxlen=5), {}, {}
+        e.book = MarginalBook(300, 4, 0.5)
         return e
 
     def step(e):
@@ -341,3 +346,58 @@ def test_crowding_charges_two_forms_of_one_bet_as_one_family(tmp_path):
     again.load(tmp_path)
     assert list(again.recent) == list(e.recent) and set(again.bets) == set(e.bets)
     assert all(np.array_equal(again.bets[k], e.bets[k]) for k in e.bets)
+    # R16's book too: "form1" and "other" paid (CPCV 1.0) and are distinct bets; "form2" is form1's bet
+    assert sorted(e.book.labels) == ["form1", "other"] and again.book.labels == e.book.labels
+    assert np.array_equal(again.book.rows, e.book.rows) and np.array_equal(again.book.cpcvs, e.book.cpcvs)
+
+
+def _marginal_case():
+    """Three book members with drifts, an answer that copies one (scaled), one with an edge of its own."""
+    rng = np.random.default_rng(5)
+    t = 1000
+    slices = make_slices(t)
+
+    def cpcv_of(x):
+        return cpcv_statistic(masked_sharpes(x, slices.test), 0.5)
+
+    members = np.stack([0.0006 + 0.01 * rng.standard_normal(t) for _ in range(3)])
+    copy = 2.0 * members[1]
+    own = 0.0008 + 0.01 * rng.standard_normal(t)
+    return members, copy, own, cpcv_of
+
+
+def test_r16_pays_what_an_answer_adds_to_the_book_not_its_own_backtest():
+    """A copy of a member (scaled: the same bet at twice the size) earns about 0; an answer with an
+    independent edge earns about its own CPCV; an invalid answer its R1; an empty book pays R1."""
+    members, copy, own, cpcv_of = _marginal_case()
+    cfg = P.Marginal(size=20, max_corr=0.5)
+    copy_cpcv, own_cpcv = cpcv_of(copy), cpcv_of(own)
+    assert copy_cpcv > 0.5 and own_cpcv > 0.5                      # both pay on their own backtest
+    assert abs(ch.marginal(copy, members, copy_cpcv, True, cpcv_of, cfg)) < 1e-9
+    assert ch.marginal(own, members, own_cpcv, True, cpcv_of, cfg) == pytest.approx(own_cpcv, abs=0.15)
+    assert ch.marginal(own, np.zeros((0, len(own))), own_cpcv, True, cpcv_of, cfg) == own_cpcv
+    assert ch.marginal(None, members, -1.0, False, cpcv_of, cfg) == -1.0
+    # a copy with its own noise on top keeps only what the noise earns: far below its CPCV
+    noisy = copy + 0.002 * np.random.default_rng(6).standard_normal(len(copy))
+    assert ch.marginal(noisy, members, cpcv_of(noisy), True, cpcv_of, cfg) < 0.5 * cpcv_of(noisy)
+
+
+def test_r16_negative_control_plain_cpcv_pays_the_copy():
+    """The same case scored by plain CPCV: the copy earns as much as the independent edge, so the test above
+    could not pass on R1."""
+    members, copy, own, cpcv_of = _marginal_case()
+    assert cpcv_of(copy) > 0.5 * cpcv_of(own)
+    assert not abs(cpcv_of(copy)) < 1e-9
+
+
+def test_r16_book_admits_paying_distinct_bets_and_keeps_the_best():
+    from alphagym.verifier.archive import MarginalBook
+
+    members, copy, own, cpcv_of = _marginal_case()
+    book = MarginalBook(len(own), size=2, max_corr=0.5)
+    assert book.offer(members[0], 0.8, "a") and book.offer(members[1], 0.6, "b")
+    assert not book.offer(copy, 1.5, "c")                          # the same bet as b: |corr| 1
+    assert not book.offer(own, -0.1, "d")                          # loses on the train window
+    assert not book.offer(members[2], 0.5, "e")                    # full, and worse than the worst member
+    assert book.offer(own, 0.9, "f") and book.labels == ["a", "f"]  # replaces b, the lowest CPCV
+    assert not book.offer(own, 0.95, "f")                          # a member's own label again

@@ -321,7 +321,7 @@ class HoldoutScore(Section):
 # to it by id (`alphagym.verifier.channels.REGISTRY`, which a test keeps in step with it).
 REWARD_CHANNELS: tuple[str, ...] = (
     "cpcv", "pbo", "jepa_stress", "factor_neutrality", "turnover", "min_turnover", "ic", "novelty_pnl",
-    "novelty_syntax", "motif_guard", "complexity", "format", "crowding", "compliance", "idea",
+    "novelty_syntax", "motif_guard", "complexity", "format", "crowding", "compliance", "idea", "marginal",
 )
 
 Priorities: type[Section] = create_model(
@@ -435,6 +435,14 @@ class Idea(Section):
                                     "with); false: 0")
 
 
+class Marginal(Section):
+    size: Annotated[int, Field(ge=1, le=10_000)] = Field(
+        description="R16's running book: members at most (a better newcomer replaces the member with the lowest "
+                    "train CPCV)")
+    max_corr: Annotated[float, Field(gt=0, le=1)] = Field(
+        description="an answer joins the book only if its train P&L has |corr| below this with every member")
+
+
 class Verifier(Section):
     book: Book
     costs: Costs
@@ -456,6 +464,7 @@ class Verifier(Section):
     workers: Annotated[int, Field(ge=1, le=64)] = Field(description="processes scoring a group's answers")
     compliance: Compliance
     idea: Idea
+    marginal: Marginal
 
 
 # --- world model ------------------------------------------------------------------------------------------

@@ -144,12 +144,14 @@ def read_training_log(path: str | Path, steps: int) -> list[dict[str, Any]]:
 # the shipped checkpoint's bet columns (probe table) that the ladder rows and the seed spread carry;
 # planted-edge coverage exists on the simulator only
 BET_COLUMNS = ("families", "families_positive", "holdout_effective_bets", "capped_effective_bets",
-               "compliance", "compliant_share", "planted_edges_expressed", "decoy_trap_answers")
+               "compliance", "compliant_share", "planted_edges_expressed", "decoy_trap_answers",
+               "holdout_mean_abs_corr")
 # what else each row carries for the seed spread: the shipped checkpoint's mechanism fidelity and share of
 # decoder-written requirements (NaN for a probe without them), the archive book's effective bets, and the
 # Sharpe and beta of the book of the answers with positive train CPCV
 CONTRACT_COLUMNS = ("compliance_idea", "forced_lacking", "archive_effective_bets", "positive_book_sharpe",
-                    "positive_book_beta")
+                    "positive_book_beta", "capped_book_sharpe", "capped_book_beta", "archive_book_sharpe",
+                    "archive_book_beta")
 
 
 def _num(v: Any) -> float:
@@ -170,7 +172,7 @@ def ladder_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
             continue
         ship, step0 = r.probe["shipped"], r.probe["step0"]
         ew = r.books.get("equal_weight") or {}
-        pos, arch = r.books.get("positive") or {}, r.books.get("archive") or {}
+        pos, arch, cap = (r.books.get(k) or {} for k in ("positive", "archive", "capped"))
         row.update(status="ok", steps=r.train.get("steps"), shipped_step=r.probe["shipped_step"],
                    train_cpcv=_num(ship["train_cpcv"]), holdout_score=_num(ship["holdout_score"]),
                    step0_holdout=_num(step0["holdout_score"]), valid=ship["valid"],
@@ -179,7 +181,9 @@ def ladder_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
                    **{k: _num(ship.get(k)) for k in BET_COLUMNS if k in ship},
                    compliance_idea=_num(ship.get("compliance_idea")), forced_lacking=_num(ship.get("forced_lacking")),
                    archive_effective_bets=_num(arch.get("effective_bets")),
-                   positive_book_sharpe=_num(pos.get("sharpe")), positive_book_beta=_num(pos.get("beta")))
+                   positive_book_sharpe=_num(pos.get("sharpe")), positive_book_beta=_num(pos.get("beta")),
+                   capped_book_sharpe=_num(cap.get("sharpe")), capped_book_beta=_num(cap.get("beta")),
+                   archive_book_sharpe=_num(arch.get("sharpe")), archive_book_beta=_num(arch.get("beta")))
         if r.parent == "sft":
             ref = row["step0_holdout"]
         else:
@@ -195,6 +199,24 @@ def ladder_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
 BET_TABLE_COLUMNS = ("valid", "families", "families_positive", "holdout_mean_abs_corr", "holdout_effective_bets",
                      "capped_answers", "capped_effective_bets", "compliance", "compliant_share", "pass_at_k",
                      "sampled_families", "planted_edges_expressed", "decoy_trap_answers")
+
+
+CONVERGENCE_COLUMNS = ("families", "holdout_mean_abs_corr", "holdout_effective_bets", "train_effective_bets")
+
+
+def convergence_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
+    """Per rung and checkpoint step (step 0 included), the mean over the rung's replicas of the greedy answers'
+    families, the mean |corr| and effective bets of their holdout P&L and their train effective bets: where
+    over training the answers' bets merge (read after selection; nothing here selects)."""
+    frames = [r.table.assign(rung=r.rung) for r in results if r.ok and r.table is not None]
+    if not frames:
+        return []
+    t = pd.concat(frames, ignore_index=True)
+    cols = [c for c in CONVERGENCE_COLUMNS if c in t.columns]
+    g = t.groupby(["rung", "step"], sort=False)[cols].mean().reset_index()
+    seeds = t.groupby(["rung", "step"], sort=False).size().reset_index(name="replicas")
+    g = g.merge(seeds, on=["rung", "step"]).sort_values(["rung", "step"], kind="stable")
+    return [{k: (int(v) if k in ("step", "replicas") else v) for k, v in row.items()} for row in g.to_dict("records")]
 
 
 def _step0_and_shipped(r: RungResult) -> list[tuple[str, dict[str, Any]]]:

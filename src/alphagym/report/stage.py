@@ -25,11 +25,13 @@ from alphagym.report.build import (
     BET_TABLE_COLUMNS,
     BOOK_KEYS,
     CHECK_COLUMNS,
+    CONVERGENCE_COLUMNS,
     READING_COLUMNS,
     ROLES,
     RungResult,
     bet_rows,
     check_rows,
+    convergence_rows,
     decoder_rows,
     ladder_rows,
     load_rung,
@@ -55,6 +57,9 @@ SEED_COLS = ("rung", "seeds", "mean", "sd", "min", "max", "families_mean", "fami
 CONTRACT_SEED_COLS = ("holdout_score", "families", "holdout_effective_bets", "archive_effective_bets",
                       "planted_edges_expressed", "compliance", "compliance_idea", "forced_lacking",
                       "positive_book_sharpe", "positive_book_beta")
+# the shipped checkpoint's books as a quant reads them: holdout Sharpe, beta and bets of each
+BOOK_SEED_COLS = ("holdout_mean_abs_corr", "holdout_effective_bets", "capped_book_sharpe", "capped_book_beta",
+                  "capped_effective_bets", "archive_book_sharpe", "archive_book_beta", "archive_effective_bets")
 # planted-edge coverage exists on the simulator only: on real data these columns are left out, not shown empty
 COVERAGE_COLUMNS = ("planted_edges_expressed", "planted_edges_expressed_mean", "planted_edges_expressed_sd",
                     "decoy_trap_answers")
@@ -187,7 +192,7 @@ def _ship_adapter(ship: RungResult, rl: Rl, folder: Path) -> None:
         src = ship.checkpoints / f"checkpoint-{step:06d}"
         shutil.copytree(src, folder, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("trainer_state.pt", "archive.npz", "recent_bets.npz",
-                                                      "README.md"))
+                                                      "marginal_book.npz", "README.md"))
         card += ["## Loading", "", "A peft adapter (Hugging Face format) on the SFT policy (merged, when it has an "
                  "adapter itself). With the SFT policy folder at hand:", "", "```python",
                  "from alphagym.rl.checkpoints import sft_base, at_checkpoint",
@@ -230,6 +235,12 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
                "the book of its answers with positive train CPCV (`positive`, chosen on train numbers); "
                "docs/ladder.md defines each.", "",
                plots.table_md(contract, tuple(contract[0])), ""]
+        books = spread_cells(spread, BOOK_SEED_COLS)
+        md += ["### The books as a quant reads them", "", "Mean ± sd over the seeds, at the shipped checkpoint: "
+               "the mean |corr| and effective bets of the greedy answers' holdout P&L, and the holdout Sharpe, beta "
+               "and effective bets of the correlation-capped book (its answers) and of the archive book (from "
+               "everything the rung wrote), both chosen on train numbers.", "",
+               plots.table_md(books, tuple(books[0])), ""]
     else:
         md += ["## Seeds", "", "Every rung ran one seed (`rl.seeds: 1`): rung differences cannot be told from "
                "noise. Run replicas with `rl.seeds: 3` in params.yaml (or a rung's `seeds`), or `dvc exp run -S "
@@ -254,6 +265,13 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
                "the policy had not.", "",
                plots.table_md(checks, ("rung", "checkpoint", "compliance", "valid_compliant", *CHECK_COLUMNS,
                                        "compliance_idea", "forced_lacking")), ""]
+    conv = convergence_rows(results)
+    if conv:
+        md += ["## Bets over training", "", "Per rung and checkpoint (step 0 is the SFT policy), the mean over its "
+               "replicas of the greedy answers' families, the mean |corr| and effective bets of their holdout P&L "
+               "and their train effective bets: where the answers' bets merge.", "",
+               plots.table_md(conv, ("rung", "step", "replicas", *(c for c in CONVERGENCE_COLUMNS if c in conv[0])),
+                              {"step": ".0f", "replicas": ".0f", "families": ".1f"}), ""]
     read = reading_rows(results)
     if read:
         md += ["## Does the policy read its brief?", "", f"Answers sampled without the decoder "

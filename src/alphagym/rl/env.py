@@ -22,11 +22,12 @@ from alphagym.briefs.compliance import BriefChecker
 from alphagym.briefs.idea import IdeaCheck
 from alphagym.errors import ArtifactError
 from alphagym.verifier import channels as ch
-from alphagym.verifier.archive import NoveltyArchive, standardise
+from alphagym.verifier.archive import MarginalBook, NoveltyArchive, standardise
 from alphagym.verifier.verifier import ScoreCard, Verifier
 
 WRITTEN = "written.json"     # formula -> its train CPCV and turnover, every valid one the rung wrote
 RECENT = "recent_families.json"   # R13's memory: the families of the last steps' valid answers
+MARGINAL = "marginal_book.npz"   # R16's running book (`verifier.archive.MarginalBook`)
 BETS = "recent_bets.npz"     # and each of those families' standardised train P&L (`crowding.same_bet_corr`)
 
 
@@ -104,6 +105,8 @@ class VerifierEnv:
         # the families of each recent step's valid answers, newest last (R13's memory), and their P&L
         self.recent: deque[dict[str, int]] = deque(maxlen=cfg.crowding.window)
         self.bets: dict[str, np.ndarray] = {}
+        # R16's running book of the policy's own paying answers, before the step being scored
+        self.book = MarginalBook(verifier.archive.length, cfg.marginal.size, cfg.marginal.max_corr)
 
     def score(self, answers: Sequence[str], brief: Mapping[str, Any]) -> list[Scored]:
         checker = BriefChecker(brief, self.catalogue, self.tolerance, idea=self.idea)
@@ -119,8 +122,9 @@ class VerifierEnv:
         return {"verifier/cache_hit_rate": hits / lookups if lookups else 0.0}
 
     def step_channels(self, scored: Sequence[Sequence[Scored]]) -> None:
-        """The channels that need the whole step (R13 `crowding`), set on every answer of the step's groups
-        before advantages are computed; the recent steps are those committed before this one."""
+        """The channels that need the whole step (R13 `crowding`, R16 `marginal`), set on every answer of the
+        step's groups before advantages are computed; the recent steps, and R16's book, are those committed
+        before this one."""
         recent: Counter[str] = Counter()
         for c in self.recent:
             recent.update(c)
@@ -141,11 +145,20 @@ class VerifierEnv:
         for g, row in zip(scored, values, strict=True):
             for s, v in zip(g, row, strict=True):
                 s.channels["crowding"] = v
+        mcfg, cpcv_of = self.verifier.cfg.marginal, self.verifier.scorer.cpcv_of_net
+        for s in flat:
+            pnl = s.card.pnl if s.card is not None else None
+            s.channels["marginal"] = ch.marginal(pnl, self.book.rows, float(s.channels["cpcv"]), s.valid, cpcv_of,
+                                                 mcfg)
 
     def commit(self, scored: Sequence[Scored]) -> None:
         self.recent.append(dict(Counter(s.family or s.canonical for s in scored if s.valid and s.canonical)))
         alive = {f for step in self.recent for f in step}
         self.bets = {f: z for f, z in self.bets.items() if f in alive}     # only families R13 still counts
+        # R16's book takes the step's paying answers best first
+        for s in sorted(scored, key=lambda s: -float(s.channels["cpcv"])):
+            if s.valid and s.card is not None and s.card.pnl is not None and s.canonical:
+                self.book.offer(s.card.pnl, float(s.channels["cpcv"]), s.canonical)
         for s in scored:
             if s.valid and s.card is not None and s.card.pnl is not None and s.canonical:
                 self.verifier.archive.add(s.card.pnl, s.canonical, "rl")
@@ -157,6 +170,7 @@ class VerifierEnv:
         """The novelty archive is training state: a resumed run must see the archive the killed one had; the
         formulas written so far are what the archive book chooses from (`books.stage`)."""
         self.verifier.archive.save(folder / "archive.npz")
+        self.book.save(folder / MARGINAL)
         (folder / WRITTEN).write_text(json.dumps(self.written, indent=0, sort_keys=True))
         (folder / RECENT).write_text(json.dumps({"steps": list(self.recent)}))
         names = sorted(self.bets)
@@ -180,7 +194,11 @@ class VerifierEnv:
         if (folder / BETS).is_file():
             data = read_npz(folder / BETS, keys=("names", "pnl"), what="recent families' P&L")
             bets = {str(n): row for n, row in zip(data["names"], data["pnl"], strict=True)}
+        cfg = self.verifier.cfg.marginal
+        book = (MarginalBook.load(folder / MARGINAL, archive.length, cfg.size, cfg.max_corr)
+                if (folder / MARGINAL).is_file() else MarginalBook(archive.length, cfg.size, cfg.max_corr))
         self.verifier.archive = archive
+        self.book = book
         self.written = dict(written)
         self.recent = deque(recent, maxlen=self.recent.maxlen)
         self.bets = bets

@@ -1,5 +1,6 @@
 """The novelty archive: daily P&L of up to `capacity` books (first in, first out) and the canonical forms
-seen. Seeded with the Alpha101 books; the trainer adds valid answers. Stored as one .npz file.
+seen. Seeded with the Alpha101 books; the trainer adds valid answers. Stored as one .npz file. And R16's
+running book (`MarginalBook`): the policy's own answers that pay on the train window, correlation-capped.
 
 P&L rows are kept standardised (mean 0, unit norm), so max |corr| against the archive is one
 matrix-vector product.
@@ -105,3 +106,50 @@ class NoveltyArchive:
             arch._next = (arch._next + 1) % arch.capacity
             arch._count += 1
         return arch
+
+
+class MarginalBook:
+    """R16's book (`channels.marginal`): the raw daily net P&L of at most `size` of the policy's valid answers
+    with train CPCV > 0, every two with |corr| < `max_corr`. A newcomer that correlates at that level with a
+    member stays out; when the book is full it replaces the member with the lowest CPCV if its own is higher,
+    so the book keeps the best of the distinct bets seen. Train window only (the RL environment's)."""
+
+    def __init__(self, length: int, size: int, max_corr: float) -> None:
+        self.length, self.size, self.max_corr = length, size, max_corr
+        self.rows = np.zeros((0, length))
+        self.cpcvs = np.zeros(0)
+        self.labels: list[str] = []
+
+    def __len__(self) -> int:
+        return len(self.cpcvs)
+
+    def offer(self, pnl: np.ndarray, cpcv: float, label: str) -> bool:
+        """Admit one answer's P&L if it pays, is a bet of its own and fits (class docstring); True if it joined."""
+        z = standardise(pnl)
+        if cpcv <= 0 or z is None or label in self.labels:
+            return False
+        if len(self) and float(np.max(np.abs(np.stack([standardise(r) for r in self.rows]) @ z))) >= self.max_corr:
+            return False
+        if len(self) < self.size:
+            self.rows, self.cpcvs = np.vstack([self.rows, pnl]), np.append(self.cpcvs, cpcv)
+            self.labels.append(label)
+            return True
+        worst = int(np.argmin(self.cpcvs))
+        if cpcv <= self.cpcvs[worst]:
+            return False
+        self.rows[worst], self.cpcvs[worst], self.labels[worst] = pnl, cpcv, label
+        return True
+
+    def save(self, path: str | Path) -> None:
+        np.savez(path, rows=self.rows, cpcvs=self.cpcvs, labels=np.array(json.dumps(self.labels)))
+
+    @classmethod
+    def load(cls, path: str | Path, length: int, size: int, max_corr: float) -> MarginalBook:
+        f = read_npz(path, keys=("rows", "cpcvs", "labels"), what="R16's running book")
+        book = cls(length, size, max_corr)
+        rows, cpcvs, labels = np.asarray(f["rows"], float), np.asarray(f["cpcvs"], float), json.loads(str(f["labels"]))
+        if rows.ndim != 2 or rows.shape[1] != length or not len(rows) == len(cpcvs) == len(labels) <= size:
+            raise ArtifactError(path, f"R16's book holds rows of shape {rows.shape}, {len(cpcvs)} CPCVs and "
+                                      f"{len(labels)} labels for length {length}, size {size}")
+        book.rows, book.cpcvs, book.labels = rows, cpcvs, list(labels)
+        return book

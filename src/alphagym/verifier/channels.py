@@ -33,6 +33,7 @@ from alphagym.params import (
     Ic,
     Idea,
     JepaStress,
+    Marginal,
     MinTurnover,
     MotifGuard,
     NoveltyPnl,
@@ -264,6 +265,30 @@ def idea(fidelity: float | None, tau: float, valid: bool, cfg: Idea) -> float:
     return min(float(fidelity) / tau - 1.0, 0.0)
 
 
+def marginal(pnl: np.ndarray | None, members: np.ndarray, cpcv: float, valid: bool,
+             cpcv_of: Callable[[np.ndarray], float], cfg: Marginal) -> float:
+    """R16: marginal alpha: R1's CPCV of the answer's daily net P&L after OLS on the P&L of the members of a
+    running book of the policy's own valid answers with train CPCV > 0 (at most `size`, 20, each with |corr|
+    < `max_corr`, 0.5, with every other, as the capped book is built): what the answer adds to the book,
+    not its own backtest. An invalid answer gets its R1 score; with an empty book it is R1. Set by the RL
+    environment (`VerifierEnv.step_channels`, the book as it was before the step; 0 on a formula scored
+    alone); priority 0 by default: logged, not rewarded.
+
+    The residual keeps the answer's mean return less what its exposure to the members earns (the regression
+    is fitted on demeaned series): an answer that copies a member earns 0, one uncorrelated with every
+    member about its own CPCV. `members`: (k, T) raw net P&L over the train rows; `cpcv_of`: the verifier's
+    CPCV of a net P&L (`BookScorer.cpcv_of_net`)."""
+    if not valid or pnl is None or len(members) == 0:
+        return cpcv
+    x = members.T - members.mean(axis=1)
+    beta = np.linalg.lstsq(x, pnl - pnl.mean(), rcond=None)[0]
+    resid = pnl - members.T @ beta
+    # a copy leaves rounding noise (1e-17): below the Sharpe's own floor it is a flat series, 0
+    if float(np.std(resid)) <= 1e-12 * max(float(np.std(pnl)), 1e-300):
+        return 0.0
+    return float(cpcv_of(resid))
+
+
 def combined(channels: Mapping[str, float], priorities: Mapping[str, float]) -> float:
     """The priority-weighted sum of the raw channels: TRL's `reward`, what a single-reward run sees (a channel
     without a priority weighs 0)."""
@@ -328,6 +353,7 @@ REGISTRY: tuple[Channel, ...] = (
     Channel("crowding", crowding, "step"),
     Channel("compliance", compliance, "brief"),
     Channel("idea", idea, "brief"),
+    Channel("marginal", marginal, "step"),
 )
 CHANNELS = tuple(c.id for c in REGISTRY)
 BY_ID = {c.id: c for c in REGISTRY}
