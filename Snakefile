@@ -1,7 +1,10 @@
 # alphagym workflow. Every rule is generated from the stage table in src/alphagym/pipeline.py (the one
 # source of truth, which also renders dvc.yaml); workflow/rules/stages.smk turns its rows into rules.
 # Select a profile with `--config profile=smoke` (or `--profile workflow/profiles/smoke`).
+import sys
+
 from alphagym.config import load_params
+from alphagym.errors import AlphagymError
 from alphagym.pipeline import final_targets, stage_rows
 
 configfile: "params.yaml"
@@ -16,8 +19,12 @@ if _IGNORED:
     raise ValueError(f"--config/--configfile set {', '.join(_IGNORED)}: this workflow takes only profile=NAME "
                      "from them; edit params.yaml (or run `dvc exp run -S KEY=VALUE`)")
 
-PARAMS = load_params("params.yaml", [f"profile={config.get('profile', 'default')}"])
-STAGE_ROWS = stage_rows(PARAMS)
+try:
+    PARAMS = load_params("params.yaml", [f"profile={config.get('profile', 'default')}"])
+    STAGE_ROWS = stage_rows(PARAMS)
+except AlphagymError as exc:       # a bad parameter is the user's to fix: its message, not Snakemake's frames
+    sys.stderr.write(f"{type(exc).__name__}: {exc}\n")
+    sys.exit(1)
 
 
 rule all:

@@ -184,6 +184,18 @@ def test_one_resolver_gives_a_ladder_member_its_recipe_seed_threads_and_cost(roo
     assert base.threads == rung_threads(p, "cispo_repo_dora-s2") == 3
 
 
+def test_mlflow_logs_the_decoding_a_rung_ran_under_not_null(root):
+    """A rung whose recipe leaves `decoding` null samples under policy.decoding: its tracked params say so."""
+    from alphagym.rungs import resolve_rung
+
+    p = load_params(root / "params.yaml", [])
+    assert p.rl.recipe_of("cispo_repo").decoding is None and p.policy.decoding == "brief"
+    assert resolve_rung(p, "cispo_repo").tracked()[0]["recipe.decoding"] == "brief"
+    assert resolve_rung(p, "cispo_repo_grammar-s1").tracked()[0]["recipe.decoding"] == "grammar"
+    q = load_params(root / "params.yaml", ["policy.decoding=free"])
+    assert resolve_rung(q, "cispo_repo").tracked()[0]["recipe.decoding"] == "free"
+
+
 def test_a_grammar_only_rung_starts_after_the_brief_decoded_ones_it_outlasts_less(root):
     """Under brief decoding a rung that samples under the grammar alone steps in about GRAMMAR_STEP_COST of
     the time, so its training priority is lower and the brief-decoded rungs start first; with every rung

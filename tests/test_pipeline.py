@@ -244,6 +244,18 @@ def test_snakemake_refuses_a_config_key_the_stages_would_not_read(root, tmp_path
                         capture_output=True, text=True, env=_env())
     assert ok.returncode == 0, ok.stderr[-500:]
 
+def test_a_bad_parameter_under_snakemake_is_its_message_without_frames(root, tmp_path):
+    """A params error planning the DAG (`snakemake -n`) prints the parameter and the rule it breaks, not
+    Snakemake's traceback frames through the Snakefile and alphagym.config."""
+    work = _copy_workflow(root, tmp_path / "w")
+    _edit(work / "params.yaml", "\n    steps: 600\n", "\n    steps: -5\n")
+    out = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "1"], cwd=work, capture_output=True, text=True,
+                         env=_env())
+    said = out.stdout + out.stderr
+    assert out.returncode != 0 and "rl.recipe.steps = -5: Input should be greater than or equal to 1" in said, said
+    assert 'File "' not in said, said
+
+
 FAMILY_ROWS = '''
 from alphagym.config import load_params
 from alphagym.dsl.parser import parse

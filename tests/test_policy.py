@@ -201,6 +201,16 @@ def test_bad_input_gets_clear_errors(tmp_path):
         load_policy(tmp_path / "a")
     with pytest.raises(PolicyError, match="unknown policy backend"):
         build_policy("gpt5", policy_cfg({"threads": 1}), [], 0)
+    # a folder copied by hand, without its manifest: its cut or garbled file is named, not transformers' guess
+    # ("You need to have sentencepiece or tiktoken installed")
+    pol.save(tmp_path / "copied")
+    (tmp_path / "copied" / "manifest.json").unlink()
+    (tmp_path / "copied" / "model.safetensors").write_bytes(b"garbage")
+    with pytest.raises(PolicyError, match=r"weights cannot be read.*copied/model\.safetensors"):
+        load_policy(tmp_path / "copied")
+    (tmp_path / "copied" / "tokenizer.json").write_text('{"version": "1.0", "trunc')
+    with pytest.raises(PolicyError, match=r"copied/tokenizer\.json"):
+        load_policy(tmp_path / "copied")
 
 
 def _record_hub_kernels(monkeypatch) -> list[bool]:

@@ -24,6 +24,7 @@ FIELDS = ["--mechanism", "reversal", "--horizon", "21", "--input-rule", "price_o
      "unknown input_rule id 'prices_only'"),
     (["propose", *FIELDS[:-1], "no_such_rule"], "unknown forbidden id 'no_such_rule'"),
     (["propose", *FIELDS, "-k", "0"], "-k and -n must be at least 1"),
+    (["propose", *FIELDS, "-k", "100000000"], "-k is at most 1024 answers a brief"),
     (["propose", *FIELDS, "--temperature", "-1"], "--temperature must be 0 (greedy) or above"),
     (["propose", *FIELDS, "--temperature", "nan"], "--temperature must be 0 (greedy) or above"),
     (["propose"], "give one of: a BRIEF text"),

@@ -210,6 +210,7 @@ def cmd_propose(args: argparse.Namespace) -> int:
     from alphagym.pipeline import stage_table, verifier_inputs
     from alphagym.propose.propose import (
         FIELDS,
+        MAX_K,
         brief_from_fields,
         brief_from_text,
         load_proposer,
@@ -227,6 +228,8 @@ def cmd_propose(args: argparse.Namespace) -> int:
                           "--structure, --forbidden, [--risk]), or --briefs FILE")
     if args.k < 1 or args.n < 1:
         raise ConfigError(f"-k and -n must be at least 1 (got -k {args.k}, -n {args.n})")
+    if args.k > MAX_K:
+        raise ConfigError(f"-k is at most {MAX_K} answers a brief (got -k {args.k})")
     if not args.temperature >= 0:
         raise ConfigError(f"--temperature must be 0 (greedy) or above (got {args.temperature:g})")
     briefs = (read_brief_file(Path(args.briefs), cat) if args.briefs

@@ -98,6 +98,7 @@ class ResolvedRung:
     seed: int
     parent: str
     change: str
+    decoding: str | None = None      # the decoding it samples under: `recipe.decoding`, else policy.decoding
 
     @property
     def threads(self) -> int:
@@ -115,6 +116,8 @@ class ResolvedRung:
         its parent, change and seed as params; rung, replica, item, parent and change as tags (the UI filters
         and groups runs by tags)."""
         params = {f"recipe.{k}": str(v) for k, v in flat(self.recipe.model_dump()).items()}
+        if self.decoding is not None:                 # what it ran, not `None` for "policy.decoding's"
+            params["recipe.decoding"] = self.decoding
         params.update({"rung.parent": self.parent, "rung.change": self.change, "rung.seed": str(self.seed)})
         tags = {"rung": self.name, "replica": str(self.replica), "item": self.item, "parent": self.parent,
                 "change": self.change}
@@ -149,9 +152,9 @@ def resolve_rung(params: Any, item: str) -> ResolvedRung:
     priorities, the train and probe stages); `params` is the whole params or a stage's view of them."""
     name, replica = split_replica(item)
     rl = params.rl
-    rung = rl.rungs[name]
-    return ResolvedRung(item, name, replica, recipe_of(rl, name), params.seed + replica, rung.parent,
-                        describe(change_vs_parent(rl, name)))
+    rung, recipe = rl.rungs[name], recipe_of(rl, name)
+    return ResolvedRung(item, name, replica, recipe, params.seed + replica, rung.parent,
+                        describe(change_vs_parent(rl, name)), recipe.decoding or params.policy.decoding)
 
 
 def change_vs_parent(rl: Any, rung: str) -> dict[str, tuple[Any, Any]]:

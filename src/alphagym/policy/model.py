@@ -15,7 +15,7 @@ import torch
 from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, PreTrainedTokenizerBase
 
-from alphagym.artifacts import MANIFEST, verify_manifest, write_manifest
+from alphagym.artifacts import MANIFEST, read_json, verify_manifest, write_manifest
 from alphagym.briefs.catalogue import load_catalogue
 from alphagym.briefs.contract import BriefContracts
 from alphagym.dsl.parser import Limits
@@ -121,6 +121,7 @@ def load_policy(path: str | Path, nf4: bool = False, trainable: bool = False) ->
                               "does not hold (only the tiny backend saves its base beside the adapter); load it "
                               "with alphagym.rl.checkpoints.at_checkpoint(sft_base(SFT_POLICY, params.policy, "
                               "params.dsl.limits), path)")
+        _readable_files(path)
         tok = AutoTokenizer.from_pretrained(path)
         if meta["adapter"]:
             from peft import PeftModel
@@ -146,6 +147,24 @@ def load_policy(path: str | Path, nf4: bool = False, trainable: bool = False) ->
     tok.padding_side = "left"
     return Policy(model, tok, meta["backend"], int(meta["max_new_tokens"]), meta["system_prompt"],
                   base_model=str(meta.get("base_model", "")))
+
+
+def _readable_files(path: Path) -> None:
+    """The tokenizer file parses as JSON and every weights file's header reads, each checked by name before
+    transformers reads them: a folder without a manifest (copied by hand) whose files are cut or garbled is an
+    ArtifactError naming the file, not transformers' guess ("install sentencepiece or tiktoken")."""
+    from safetensors import safe_open
+
+    tok = path / "tokenizer.json"
+    if tok.is_file():
+        read_json(tok, what="the policy's tokenizer")
+    for weights in sorted(path.glob("*.safetensors")) + sorted(path.glob("base/*.safetensors")):
+        try:
+            with safe_open(str(weights), framework="pt") as f:
+                f.keys()
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise ArtifactError(weights, f"weights cannot be read (truncated or garbled?): {type(exc).__name__}: "
+                                         f"{exc}") from None
 
 
 def build_policy(backend: str, cfg: PolicyParams, corpus_texts: Sequence[str], seed: int) -> Policy:

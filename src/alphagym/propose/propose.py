@@ -43,6 +43,9 @@ from alphagym.rl.checkpoints import at_checkpoint, sft_base
 from alphagym.verifier.verifier import Verifier
 
 # catalogue fields of a brief given as options; risk is not checked (it only words the brief)
+# the most answers `propose` samples a brief: a minute or so of the tiny policy on 2 cores, and every answer is
+# kept and scored in memory (RL's answers_per_brief has the same bound)
+MAX_K = 1024
 FIELDS = ("mechanism", "horizon", "input_rule", "structure", "forbidden", "risk")
 CHECKED = ("mechanism", "horizon", "input_rule", "structure", "forbidden")
 _PART = {"mechanism": "mechanisms", "input_rule": "input_rules", "structure": "structures",
