@@ -58,6 +58,7 @@ remote: setup
 # runs). PROFILE=smoke for a clone whose dvc.yaml is rendered for the smoke profile.
 PROFILE ?= default
 pull: setup
+	$(VENV)/bin/alphagym dag --check-lock dvc.lock --set profile=$(PROFILE)
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH dvc pull
 	@s="$$($(VENV)/bin/dvc status --json)"; [ "$$s" = "{}" ] || { $(VENV)/bin/dvc status; \
 	  echo "the pulled outputs do not match dvc.yaml and the code here: not marked up to date"; exit 1; }

@@ -746,3 +746,31 @@ def _killed_rung_resumes(work: Path) -> None:
     summary = json.loads((work / "results/smoke/rl/tiny/cispo_repo/summary.json").read_text())
     assert summary["resumed_from"] == "checkpoint-000002"
     assert not wdir.exists()
+
+
+def test_make_pull_names_a_lock_recorded_for_another_profile(root, tmp_path):
+    """A dvc.lock recorded for the smoke profile, pulled as the default profile: `dvc pull` would fetch
+    nothing for it and Snakemake would plan every stage; the check names both profiles and the command."""
+    import yaml
+
+    from alphagym.pipeline import lock_mismatch
+
+    smoke = load_params(root / "params.yaml", ["profile=smoke"])
+    default = load_params(root / "params.yaml")
+
+    def lock(params):
+        stages = {k: {"cmd": s.cmd, "params": {"params.yaml": {"profile": params["profile"]}},
+                      "outs": [{"path": p, "md5": "0"} for p in s.outs.values()]}
+                  for k, s in stage_table(params).items()}
+        path = tmp_path / f"{params['profile']}.lock"
+        path.write_text(yaml.safe_dump({"schema": "2.0", "stages": stages}))
+        return path
+
+    said = lock_mismatch(default, lock(smoke))
+    assert said is not None and "profile 'smoke'" in said and "profile 'default'" in said, said
+    assert "make pull PROFILE=smoke" in said and "results/smoke/" in said
+    assert lock_mismatch(smoke, lock(smoke)) is None and lock_mismatch(default, lock(default)) is None
+    assert "is missing" in lock_mismatch(default, tmp_path / "none.lock")
+    out = subprocess.run([str(BIN / "alphagym"), "dag", "--check-lock", str(lock(smoke))], cwd=root,
+                         capture_output=True, text=True, env=_env())
+    assert out.returncode != 0 and "make pull PROFILE=smoke" in out.stderr and "Traceback" not in out.stderr

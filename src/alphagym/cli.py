@@ -53,9 +53,15 @@ def cmd_stage(args: argparse.Namespace) -> int:
 # --- tools ------------------------------------------------------------------------------------------------
 
 def cmd_dag(args: argparse.Namespace) -> int:
-    from alphagym.pipeline import SPECS, dvc_yaml, specs_yaml, stage_table, upstream_outputs
+    from alphagym.pipeline import SPECS, dvc_yaml, lock_mismatch, specs_yaml, stage_table, upstream_outputs
 
     params = _params(args)
+    if args.check_lock:
+        why = lock_mismatch(params, args.check_lock)
+        if why is not None:
+            raise ConfigError(why)
+        print(f"{args.check_lock} records the outputs of profile {params['profile']!r}")
+        return 0
     if args.write_dvc:
         target = Path(args.write_dvc)
         target.write_text(dvc_yaml(params, params_file=args.params))
@@ -460,6 +466,9 @@ def build_parser() -> argparse.ArgumentParser:
         subs[name] = p
     subs["calibrate"].add_argument("--from", dest="from_dir", required=True, help="folder of per-ticker CSVs")
     subs["calibrate"].add_argument("--out", help="write the params block to this file")
+    subs["dag"].add_argument("--check-lock", metavar="LOCK",
+                             help="refuse, in one line, a dvc.lock that records another profile's outputs than "
+                                  "this one's (`make pull` runs it first)")
     subs["dag"].add_argument("--write-dvc", metavar="PATH",
                              help="render dvc.yaml to PATH, and the stage specs it names (workflow/stage_specs.yaml "
                                   "beside it)")

@@ -541,6 +541,34 @@ def check_rendering(params: Mapping[str, Any], params_file: str | Path, root: st
                               "then run `dvc repro` (or `dvc exp run`) again")
 
 
+def lock_mismatch(params: Mapping[str, Any], lock: str | Path) -> str | None:
+    """Why `lock` (a dvc.lock) does not record this profile's outputs, or None when its stages' outputs are the
+    stage table's: a lock recorded for another profile names other paths (`results/smoke/...`), so `dvc pull`
+    would fetch nothing for this one and every stage would still be planned. The lock's profile is read from
+    the params it recorded."""
+    from alphagym.config import yaml_load
+
+    path = Path(lock)
+    if not path.is_file():
+        return f"{path} is missing: nothing was recorded to pull (run the pipeline, or check out a dvc.lock)"
+    stages = (yaml_load(path.read_text()) or {}).get("stages") or {}
+    table = stage_table(params)
+    mine = str(params.get("profile", "default"))
+    for key, stage in table.items():
+        rec = stages.get(key)
+        if rec is None:
+            continue
+        got = sorted(str(o.get("path")) for o in rec.get("outs") or [])
+        want = sorted(stage.outs.values())
+        if got != want:
+            theirs = ((rec.get("params") or {}).get("params.yaml") or {}).get("profile", "?")
+            return (f"{path} records the outputs of profile {theirs!r} ({', '.join(got[:2])}, ...), not those of "
+                    f"profile {mine!r} ({', '.join(want[:2])}, ...): run `make pull PROFILE={theirs}`, or check out "
+                    f"a dvc.lock recorded for {mine!r}")
+        return None
+    return f"{path} records none of the stages of profile {mine!r}: nothing to pull"
+
+
 def upstream_outputs(table: dict[str, Stage]) -> dict[str, set[str]]:
     """For each stage, every path it reads directly or through any upstream stage."""
     producer = {p: key for key, s in table.items() for p in s.outs.values()}
