@@ -774,3 +774,18 @@ def test_make_pull_names_a_lock_recorded_for_another_profile(root, tmp_path):
     out = subprocess.run([str(BIN / "alphagym"), "dag", "--check-lock", str(lock(smoke))], cwd=root,
                          capture_output=True, text=True, env=_env())
     assert out.returncode != 0 and "make pull PROFILE=smoke" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_the_dvc_sentinel_keeps_its_outputs_in_place(root):
+    """The first stage reruns on any edit of the profile block: DVC keeps its outputs (`persist`), so that
+    writing the same bytes again leaves their mtimes (tests/test_stages.py) and Snakemake plans nothing below."""
+    import yaml
+
+    for extra in ([], ["profile=smoke"]):
+        p = load_params(root / "params.yaml", extra)
+        stages = yaml.safe_load(dvc_yaml(p, params_file=root / "params.yaml"))["stages"]
+        first = next(iter(stages))
+        assert all(isinstance(o, dict) and next(iter(o.values())) == {"persist": True}
+                   for o in stages[first]["outs"]), stages[first]["outs"]
+        assert all(isinstance(o, str) for name, body in stages.items() if name != first
+                   for o in (body.get("do") or body).get("outs", []))

@@ -59,6 +59,20 @@ def test_outputs_appear_only_when_the_stage_completes(params, tmp_path):
     assert not any((Path(params["paths"]["results"]) / ".staging").iterdir())     # staging cleaned up
 
 
+def test_an_output_rewritten_with_the_same_bytes_keeps_its_mtime(params, tmp_path):
+    """A rerun that writes what was there (the DVC sentinel after a profile edit that does not reach it) leaves
+    the file's mtime, so Snakemake does not plan every stage below it; new bytes get a new mtime."""
+    rows = _rows(tmp_path, "writes_both")
+    first = tmp_path / "r/first.txt"
+    run_stage(params, "demo", rows)
+    old = first.stat().st_mtime_ns - 10**9                 # as if written a second ago
+    os.utime(first, ns=(old, old))
+    run_stage(params, "demo", rows)
+    assert first.stat().st_mtime_ns == old and first.read_text() == f"seed {params['seed']}"
+    run_stage(params.model_copy(update={"seed": params.seed + 1}), "demo", rows)
+    assert first.stat().st_mtime_ns != old and first.read_text() == f"seed {params.seed + 1}"
+
+
 def test_a_stage_is_handed_the_digest_of_the_code_it_declares(params, tmp_path, monkeypatch):
     """`StageRun.code` is the sha256 of the stage's declared code (what a rung's checkpoints must match to be
     continued, `rl.stage.run_context`): it changes when that code changes."""

@@ -481,6 +481,13 @@ def _dvc_body(s: Stage, profile: str, block: Mapping[str, Any], sentinel: bool) 
     body["outs"] = [p for role, p in s.outs.items() if role not in s.metrics]
     if s.metrics:             # cached like every output: the remote carries what a downstream stage reads
         body["metrics"] = [s.outs[m] for m in s.metrics]
+    if sentinel:
+        # the sentinel reruns on any edit of the profile block; DVC keeps its outputs in place (`persist`) so
+        # that the stage, writing the same bytes again, leaves their mtimes as they were (`stages._run_locked`)
+        # and Snakemake, which plans by mtime, does not see every stage below it as out of date
+        for key in ("outs", "metrics"):
+            if key in body:
+                body[key] = [{p: {"persist": True}} for p in body[key]]
     return body
 
 

@@ -31,11 +31,12 @@ import importlib
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from alphagym.artifacts import check_readable
+from alphagym.artifacts import check_readable, sha256
 from alphagym.config import ParamsView, get, results_dir
 from alphagym.errors import ArtifactError, ConfigError, DataError, StageBusyError, WriteError
 from alphagym.pipeline import COMMON_CODE, RUNGS, Stage, code_hash, split_replica, stage_table
@@ -107,6 +108,10 @@ def run_stage(params: Mapping[str, Any], key: str, rows: list[Stage] | None = No
 
 def _run_locked(params: Mapping[str, Any], key: str, stage: Stage, root: Path, reads: set[str] | None
                 ) -> dict[str, Any]:
+    # an output file rewritten with the same bytes keeps its mtime: a rerun that changes nothing (the DVC
+    # sentinel after a profile edit elsewhere) must not make every stage below it look out of date to Snakemake
+    before = {p: (sha256(Path(p)), Path(p).stat().st_mtime_ns) for p in stage.outs.values()
+              if Path(p).is_file() and not Path(p).is_symlink()}
     for path in stage.outs.values():
         _remove(Path(path))
     staging_root = root / ".staging"
@@ -139,6 +144,8 @@ def _run_locked(params: Mapping[str, Any], key: str, stage: Stage, root: Path, r
         for role, path in stage.outs.items():
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             staged[role].replace(path)
+            if path in before and Path(path).is_file() and sha256(Path(path)) == before[path][0]:
+                os.utime(path, ns=(time.time_ns(), before[path][1]))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return {**summary, "outputs": dict(stage.outs)}

@@ -12,8 +12,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from alphagym.pipeline import (COMMON_CODE, SPECS, code_hash, dvc_yaml, expand, params_values, spec_hash,
-                               specs_yaml, stage_table)
+from alphagym.pipeline import (COMMON_CODE, SPECS, code_hash, dvc_yaml, expand, params_values, profile_block,
+                               spec_hash, specs_yaml, stage_table)
 
 RESULTS_ROOT = str(PARAMS["paths"]["results"])
 
@@ -39,7 +39,12 @@ def _per_member(row, attr, flag):
 
 def _values(row):
     if row.family is None:
-        return json.dumps(params_values(PARAMS, row.params), sort_keys=True)
+        values = params_values(PARAMS, row.params)
+        if row is STAGE_ROWS[0]:
+            # the sentinel, as dvc.yaml renders it: any edit of the profile block reruns it (writing the same
+            # bytes, its outputs keep their mtimes), so both tools name the same stages for a profile key
+            values[f"profiles.{PARAMS['profile']}"] = profile_block("params.yaml", PARAMS["profile"])
+        return json.dumps(values, sort_keys=True)
     return lambda wildcards, r=row: json.dumps(
         params_values(PARAMS, expand(r, wildcards[r.family.wildcard]).params), sort_keys=True)
 
