@@ -63,6 +63,27 @@ def test_the_capped_book_selector_reads_the_capped_books_train_sharpe():
         select_checkpoint(t, "best")
 
 
+def test_the_ship_rule_prefers_a_diverse_book_to_a_collapse_that_does_about_as_well():
+    """Two checkpoints: a one-formula collapse (1.01 effective bets) with a slightly higher train CPCV and capped
+    book Sharpe, and a diverse one (6 bets) whose capped book is within 10%: `capped_book_bets` ships the diverse
+    one where `train_cpcv` and `capped_book` ship the collapse. A clearly better book still ships, one bet or not."""
+    t = pd.DataFrame({"step": [100, 200], "train_cpcv": [1.54, 1.20], "train_capped_sharpe": [2.00, 1.85],
+                      "train_effective_bets": [1.01, 6.0]})
+    assert select_checkpoint(t, "train_cpcv") == 100 and select_checkpoint(t, "capped_book") == 100
+    assert select_checkpoint(t, "capped_book_bets") == 200
+    clearly = t.assign(train_capped_sharpe=[3.0, 1.85])
+    assert select_checkpoint(clearly, "capped_book_bets") == 100
+    # across rungs the report applies the same rule to the rungs' shipped checkpoints
+    from alphagym.report.build import RungResult, shipped_rung
+
+    def rung(item, row):
+        return RungResult(item, item, 0, "sft", "x", probe={"shipped": row})
+
+    collapse, diverse = (rung(n, r) for n, r in zip(("grammar", "brief"), t.drop(columns="step").to_dict("records")))
+    assert shipped_rung([collapse, diverse], "capped_book_bets") is diverse
+    assert shipped_rung([collapse, diverse], "train_cpcv") is collapse
+
+
 def test_selection_refuses_holdout_columns():
     t = pd.DataFrame({"step": [0, 100], "train_cpcv": [0.1, 0.2], "holdout_score": [5.0, -5.0]})
     with pytest.raises(ConfigError, match="holdout"):
@@ -155,13 +176,16 @@ def test_probe_selects_on_train_numbers_before_scoring_the_holdout(ladder, monke
     monkeypatch.setattr(probe_stage, "Verifier", spy_verifier)
     monkeypatch.setattr(probe_stage, "holdout_phase", spy_holdout)
     out = run_stage(params, "probe@cispo_repo")
-    assert events == ["verifier:train", "select:train_cpcv", "select:capped_book", "verifier:holdout", "holdout"]
+    assert events == ["verifier:train", "select:train_cpcv", "select:capped_book", "select:capped_book_bets",
+                      "verifier:holdout", "holdout"]
     outs = table["probe@cispo_repo"].outs
     t = pd.read_parquet(outs["table"])
     assert list(t["step"]) == [0, 2, 4]
     assert t["shipped"].sum() == 1 and int(t.loc[t["shipped"], "step"].iloc[0]) == out["shipped_step"]
-    best = t.sort_values(["train_cpcv", "step"], ascending=[False, True]).iloc[0]
-    assert int(best["step"]) == out["shipped_step"]
+    # the default selector ships: the capped book's train Sharpe, with the bets floor (`books.ship`)
+    assert params.probe.selector == "capped_book_bets"
+    train_cols = t[["step", "train_cpcv", "train_capped_sharpe", "train_effective_bets"]]
+    assert select_checkpoint(train_cols, "capped_book_bets") == out["shipped_step"]
     assert t["pass_at_k"].between(0, 1).all() and {"families", "holdout_effective_bets", "capped_answers"} <= set(t)
     assert t["sampled_families"].ge(0).all()      # the samples' families, beside the greedy answers' ones
     assert (t["forced_lacking"] == 0).all()       # the fixture decodes under the grammar: no brief to complete
@@ -172,8 +196,10 @@ def test_probe_selects_on_train_numbers_before_scoring_the_holdout(ladder, monke
     assert (t["families_positive"] <= t["families"]).all() and (t["train_capped_sharpe"].notna()).all()
     summary = json.loads(Path(outs["summary"]).read_text())
     capped_pick = int(t.sort_values(["train_capped_sharpe", "step"], ascending=[False, True]).iloc[0]["step"])
-    assert summary["picks"]["capped_book"]["step"] == capped_pick and summary["selector"] == "train_cpcv"
-    assert summary["picks"]["train_cpcv"]["step"] == out["shipped_step"]
+    best = int(t.sort_values(["train_cpcv", "step"], ascending=[False, True]).iloc[0]["step"])
+    assert summary["picks"]["capped_book"]["step"] == capped_pick and summary["selector"] == "capped_book_bets"
+    assert summary["picks"]["train_cpcv"]["step"] == best
+    assert summary["picks"]["capped_book_bets"]["step"] == out["shipped_step"]
     edges = sum(e.kind == "edge" for e in params.simulator.effects.planted.values())
     assert edges >= 8 and (t["planted_edges"] == edges).all() and t["planted_edges_expressed"].between(0, edges).all()
     a = pd.read_parquet(outs["answers"])
@@ -186,7 +212,7 @@ def test_probe_selects_on_train_numbers_before_scoring_the_holdout(ladder, monke
     assert (a["holdout_score"].notna() == a["holdout_valid"]).all()
     assert not (a["holdout_valid"] & ~a["valid"]).any()
     summary = json.loads(Path(outs["summary"]).read_text())
-    assert summary["selector"] == "train_cpcv" and summary["shipped_step"] == out["shipped_step"]
+    assert summary["selector"] == "capped_book_bets" and summary["shipped_step"] == out["shipped_step"]
 
 
 def test_on_real_data_the_probe_counts_bets_without_coverage(real_ladder):
@@ -318,8 +344,8 @@ def test_propose_answers_from_the_shipped_rl_adapter(ladder, monkeypatch):
     _train_outputs(table)
     real = report_stage.shipped_rung
 
-    def ships_step_4(results):
-        ship = real(results)
+    def ships_step_4(results, selector):
+        ship = real(results, selector)
         ship.probe = {**ship.probe, "shipped_step": 4}
         return ship
 

@@ -838,9 +838,11 @@ class Probe(Section):
     pass_k: Annotated[int, Field(ge=0, le=64)] = Field(
         description="sampled answers per holdout brief for pass@k (0: none)")
     temperature: Annotated[float, Field(gt=0, le=5)] = Field(description="their sampling temperature")
-    selector: Literal["train_cpcv", "capped_book"] = Field(
-        description="the checkpoint that ships: highest mean train CPCV of the answers, or highest train Sharpe "
-                    "of their correlation-capped book (both train-window only; the probe reports both picks)")
+    selector: Literal["train_cpcv", "capped_book", "capped_book_bets"] = Field(
+        description="the checkpoint that ships, within a rung and across rungs: highest mean train CPCV of the "
+                    "answers, highest train Sharpe of their correlation-capped book, or that Sharpe without "
+                    "shipping fewer than 2 train effective bets over a checkpoint within 10% of it that has more "
+                    "(`probe.select`; all train-window only; the probe reports every selector's pick)")
     reading_samples: Annotated[int, Field(ge=0, le=64)] = Field(
         description="answers per holdout brief sampled without the decoder at every checkpoint, for the reading "
                     "measure (`briefs.reading`: parse share, checks passed, brief-swap gaps; 0: none)")

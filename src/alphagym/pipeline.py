@@ -229,7 +229,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
               {"report": f"{rep}/report.md", "json": f"{rep}/report.json", "pairs": f"{rep}/pairs.parquet",
                "figures": f"{rep}/figures", "adapter": f"{rep}/shipped_adapter", "summary": f"{rep}/summary.json"},
               ("seed", "verifier.priorities", "verifier.jepa_stress", "worldmodel", "rl", "books", "policy.decoding",
-               "probe.reading_samples"),
+               "probe.reading_samples", "probe.selector"),
               ("src/alphagym/report", "src/alphagym/rl/plots.py", RUNGS_CODE, "src/alphagym/plotting.py",
                "src/alphagym/briefs", "src/alphagym/verifier/channels.py", *engine),
               metrics=("summary",), directories=("figures", "adapter"), gather=RUNGS,

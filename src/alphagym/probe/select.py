@@ -9,18 +9,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from alphagym.books.ship import SELECTORS, choose
 from alphagym.errors import ConfigError
 
-# the train-window column each selector maximises (probe.selector names the one that ships; the probe
-# reports every selector's pick):
-SELECTORS = {
-    # mean train-window CPCV of a checkpoint's greedy answers (invalid ones count at the verifier's invalid
-    # score, so a checkpoint cannot win by abstaining)
-    "train_cpcv": "train_cpcv",
-    # train Sharpe of the correlation-capped book of its valid answers: values answers that are good
-    # together, not only good one by one (`probe.train_book_table`)
-    "capped_book": "train_capped_sharpe",
-}
 SELECTOR = "train_cpcv"
 
 
@@ -36,5 +27,4 @@ def select_checkpoint(train_table: pd.DataFrame, selector: str = SELECTOR) -> in
     if train_table.empty:
         raise ConfigError("checkpoint selection received no checkpoints")
     ordered = train_table.sort_values(["step"])
-    best = ordered[SELECTORS[selector]].to_numpy().argmax()
-    return int(ordered["step"].iloc[int(best)])
+    return int(ordered["step"].iloc[choose(ordered, selector)])

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from alphagym.artifacts import read_json, read_jsonl, read_parquet
+from alphagym.books.ship import SELECTORS, choose
 from alphagym.briefs.compliance import CHECK_COLUMNS as _CHECK_COLUMNS
 from alphagym.errors import ArtifactError
 from alphagym.params import Rl
@@ -383,13 +384,16 @@ def mark_noise(rows: list[dict[str, Any]], spread: Sequence[Mapping[str, Any]]) 
     return floor
 
 
-def shipped_rung(results: Sequence[RungResult]) -> RungResult | None:
-    """The ladder's shipped rung: the highest train CPCV of its shipped checkpoint (train numbers only, like
-    checkpoint selection); ties to the earlier rung."""
+def shipped_rung(results: Sequence[RungResult], selector: str = "train_cpcv") -> RungResult | None:
+    """The ladder's shipped rung: the one whose shipped checkpoint `selector` picks among the rungs' shipped
+    checkpoints (`books.ship.choose`, the rule that picked each within its rung; train numbers only); ties
+    to the earlier rung."""
     ok = [r for r in results if r.ok]
     if not ok:
         return None
-    return max(ok, key=lambda r: (_num(r.probe["shipped"]["train_cpcv"]), -results.index(r)))
+    cols = [SELECTORS[selector], "train_effective_bets"]
+    rows = pd.DataFrame([{c: _num(r.probe["shipped"].get(c)) for c in cols} for r in ok])
+    return ok[choose(rows.fillna(float("-inf")), selector)]
 
 
 def pairs(results: Sequence[RungResult], briefs: Mapping[str, str]) -> pd.DataFrame:

@@ -92,7 +92,7 @@ def report(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: St
     rows = ladder_rows(results)
     spread = seed_spread(rows)
     floor = mark_noise(rows, spread)
-    ship = shipped_rung(results)
+    ship = shipped_rung(results, params.probe.selector)
     assert ship is not None
     briefs = {b["id"]: b["text"] for b in read_briefs(deps["briefs_holdout"])}
     fig = outs["figures"]
@@ -177,8 +177,10 @@ def _ship_adapter(ship: RungResult, rl: Rl, folder: Path) -> None:
     recipe = recipe_of(rl, ship.rung)
     card = [f"# alphagym: shipped adapter of rung `{ship.item}`", "",
             f"- Checkpoint: step {step} of rung `{ship.item}` ({ship.change}; parent `{ship.parent}`).",
-            f"- Selected by the mean train-window CPCV of its greedy answers to the holdout briefs "
-            f"({ship.probe['shipped']['train_cpcv']:.3f}); the holdout year was scored afterwards "
+            f"- Selected by `probe.selector` ({ship.probe.get('selector')}) on train-window numbers of its greedy "
+            f"answers to the holdout briefs (mean train CPCV {ship.probe['shipped']['train_cpcv']:.3f}, capped book "
+            f"train Sharpe {_f(ship.probe['shipped'].get('train_capped_sharpe')):.3f}); the holdout year was scored "
+            f"afterwards "
             f"(holdout score {_f(ship.probe['shipped']['holdout_score']):.3f}).",
             f"- Recipe: loss {recipe.loss}, advantage {recipe.advantage}, adapter {recipe.adapter}, "
             f"REPO-R {'on' if recipe.repo.enabled else 'off'}, briefs {recipe.briefs}, {recipe.steps} steps.",
@@ -300,8 +302,9 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
                plots.table_md(picks, ("rung", "selector", "ships", "step", "train_cpcv", "train_capped_sharpe",
                                       "holdout_score", "holdout_book_sharpe", "families",
                                       "holdout_effective_bets"), {k: ".0f" for k in COUNT_COLUMNS}), ""]
-    md += ["## Shipped", "", f"The ladder ships rung `{ship.item}` at step {ship.probe['shipped_step']}: the highest "
-           "train CPCV of any rung's shipped checkpoint (no holdout number takes part).", "",
+    md += ["## Shipped", "", f"The ladder ships rung `{ship.item}` at step {ship.probe['shipped_step']}: the pick of "
+           f"`probe.selector` ({params.probe.selector}) among the rungs' shipped checkpoints, the rule that picked "
+           "each within its rung (train numbers only; no holdout number takes part).", "",
            f"Targets (on the rung with the best holdout score, `{best.item}`, read after the fact): holdout score "
            f"{_f(targets['holdout_score']):.3f} vs step 0 {_f(targets['step0_holdout_score']):.3f} "
            f"({'above' if targets['above_step0'] else 'NOT above'} step 0, "
