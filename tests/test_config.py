@@ -184,6 +184,27 @@ def test_one_resolver_gives_a_ladder_member_its_recipe_seed_threads_and_cost(roo
     assert base.threads == rung_threads(p, "cispo_repo_dora-s2") == 3
 
 
+def test_replica_k_of_every_rung_shares_its_seeds(root):
+    """Paired replicas: replica k of two rungs draws the same briefs at every step and seeds its adapter and
+    sampling streams alike (`rungs.resolve_rung`'s seed; `Trainer._draw`, `step_seed`); the negative control,
+    another replica, draws other briefs."""
+    from alphagym.rl.trainer import Trainer, step_seed
+    from alphagym.rungs import resolve_rung
+
+    p = load_params(root / "params.yaml", [])
+
+    def drawn(item):
+        t = Trainer.__new__(Trainer)
+        t.seed, t.briefs = resolve_rung(p, item).seed, list(range(200))
+        return [t._draw(step, 4, 1) for step in range(1, 8)]
+
+    assert resolve_rung(p, "cispo_repo-s1").seed == resolve_rung(p, "cispo_repo_idea-s1").seed
+    assert drawn("cispo_repo-s1") == drawn("cispo_repo_idea-s1") == drawn("cispo_repo_grammar-s1")
+    assert step_seed(resolve_rung(p, "cispo_repo-s2").seed, 5, 0) == step_seed(
+        resolve_rung(p, "cispo_repo_marginal-s2").seed, 5, 0)
+    assert drawn("cispo_repo-s1") != drawn("cispo_repo_idea-s2")
+
+
 def test_mlflow_logs_the_decoding_a_rung_ran_under_not_null(root):
     """A rung whose recipe leaves `decoding` null samples under policy.decoding: its tracked params say so."""
     from alphagym.rungs import resolve_rung

@@ -342,3 +342,58 @@ def test_bets_over_training_average_each_step_over_the_replicas():
     assert [(r["rung"], r["step"], r["replicas"]) for r in rows] == [("a", 0, 2), ("a", 100, 2), ("b", 0, 1),
                                                                       ("b", 100, 1)]
     assert rows[1]["holdout_mean_abs_corr"] == pytest.approx(0.4) and rows[1]["families"] == 10.0
+
+
+def test_the_bootstrap_interval_recovers_a_known_sampling_distribution():
+    """400 briefs' scores drawn from N(0.5, 1): the 95% interval of their mean is about 0.5 +- 1.96 / 20, and
+    about 1 sd (1 / 20) on each side at 68%."""
+    import numpy as np
+
+    from alphagym.report.build import bootstrap_interval
+
+    x = np.random.default_rng(3).normal(0.5, 1.0, size=400)
+    lo, hi = bootstrap_interval(lambda k, b: float(x[b].mean()), 1, len(x))
+    assert lo < x.mean() < hi
+    assert (hi - lo) / 2 == pytest.approx(1.96 / 20, rel=0.12)
+    lo68, hi68 = bootstrap_interval(lambda k, b: float(x[b].mean()), 1, len(x), level=0.6827)
+    assert (hi68 - lo68) / 2 == pytest.approx(1 / 20, rel=0.12)
+    assert bootstrap_interval(lambda k, b: float(x[b].mean()), 1, len(x)) == (lo, hi)      # seeded
+
+
+def _paired_case(shift, noise):
+    import numpy as np
+
+    rng = np.random.default_rng(4)
+    briefs = [f"holdout-{i:04d}" for i in range(60)]
+    out = []
+    for k in (0, 1, 2):
+        base = rng.normal(0.0, 1.0, size=len(briefs))
+        for rung, parent, scores in (("p", "sft", base), ("c", "p", base + shift + noise * rng.normal(size=len(briefs)))):
+            item = rung if k == 0 else f"{rung}-s{k}"
+            answers = pd.DataFrame({"step": 100, "brief": briefs, "holdout_score": scores})
+            out.append(RungResult(item, rung, k, parent, "x", answers=answers,
+                                  table=pd.DataFrame({"step": [0, 100], "holdout_score": [0.0, float(scores.mean())]}),
+                                  probe={"shipped_step": 100, "shipped": {"holdout_score": float(scores.mean())}}))
+    return out
+
+
+def test_a_paired_difference_is_beyond_noise_by_its_interval():
+    """A child rung 0.5 above its parent on every replica and brief, with brief-level noise of sd 1: the paired
+    difference is about 0.5 and its interval leaves out 0; with no shift the interval holds 0."""
+    from alphagym.report.build import paired_rows
+
+    [row] = [r for r in paired_rows(_paired_case(0.5, 1.0)) if r["rung"] == "c"]
+    assert row["parent"] == "p" and row["pairs"] == 3 and row["difference"] == pytest.approx(0.5, abs=0.2)
+    assert row["low"] > 0 and row["beyond_noise"] == "yes"
+    [row] = [r for r in paired_rows(_paired_case(0.0, 1.0)) if r["rung"] == "c"]
+    assert row["low"] < 0 < row["high"] and row["beyond_noise"] == "no"
+
+
+def test_the_variance_split_names_the_briefs_share():
+    """Three replicas whose scores differ only by brief noise: the brief component is about 1 / sqrt(60) and
+    the seed component small against it."""
+    from alphagym.report.build import variance_rows
+
+    row = next(r for r in variance_rows(_paired_case(0.0, 0.0)) if r["rung"] == "p")
+    assert row["replicas"] == 3 and row["briefs"] == pytest.approx(1 / 60 ** 0.5, rel=0.3)
+    assert row["total"] ** 2 == pytest.approx(row["seed"] ** 2 + row["briefs"] ** 2, rel=1e-6) or row["seed"] == 0

@@ -6,11 +6,13 @@ stage reads files and writes outputs.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from alphagym.artifacts import read_json, read_jsonl, read_parquet
@@ -411,3 +413,111 @@ def pairs(results: Sequence[RungResult], briefs: Mapping[str, str]) -> pd.DataFr
         who.rename("written_by").reset_index(), on=["brief", "canonical"])
     best.insert(1, "brief_text", best["brief"].map(briefs))
     return best.sort_values(["brief", "train_cpcv"], ascending=[True, False]).reset_index(drop=True)
+
+
+# --- telling rungs apart: paired differences and where the variance comes from --------------------------------
+
+BOOTSTRAP_DRAWS = 2000
+
+
+def bootstrap_interval(stat: Callable[[np.ndarray, np.ndarray], float], seeds: int, briefs: int,
+                       level: float = 0.95, draws: int = BOOTSTRAP_DRAWS, seed: int = 0) -> tuple[float, float]:
+    """The percentile interval of `stat(seed_rows, brief_columns)` under a two-way bootstrap: each draw
+    resamples the seed replicas (when there are two or more) and the holdout briefs, with replacement, and the
+    same resampled briefs serve every replica (they answered the same briefs). Seeded, so the same inputs
+    give the same interval."""
+    rng = np.random.default_rng([seed, 61])
+    out = np.empty(draws)
+    for i in range(draws):
+        ks = rng.integers(seeds, size=seeds) if seeds > 1 else np.zeros(1, int)
+        bs = rng.integers(briefs, size=briefs)
+        out[i] = stat(ks, bs)
+    a = (1.0 - level) / 2
+    if np.isnan(out).all():            # no valid answer to score (a checkpoint the probe did not answer with)
+        return float("nan"), float("nan")
+    return float(np.nanquantile(out, a)), float(np.nanquantile(out, 1.0 - a))
+
+
+def _brief_scores(r: RungResult, step: int, briefs: Sequence[str]) -> np.ndarray:
+    """The holdout score of checkpoint `step`'s greedy answer to each of `briefs` (NaN where it was invalid)."""
+    a = r.answers
+    if a is None or "holdout_score" not in a:
+        return np.full(len(briefs), np.nan)
+    by = a[a["step"] == step].set_index("brief")["holdout_score"]
+    return np.array([float(by.get(b, np.nan)) for b in briefs], float)
+
+
+def _score(m: np.ndarray, ks: np.ndarray, bs: np.ndarray) -> float:
+    """Mean over the replicas `ks` of each one's mean holdout score over the valid answers to briefs `bs`."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(np.nanmean(np.nanmean(m[np.ix_(ks, bs)], axis=1)))
+
+
+def paired_rows(results: Sequence[RungResult], level: float = 0.95) -> list[dict[str, Any]]:
+    """Per rung, its shipped holdout score against its parent's on the same replicas (replica k of every rung
+    shares its seeds: brief order, adapter initialisation, sampling streams) and the same holdout briefs: the
+    mean paired difference and its `level` interval from the two-way bootstrap over replicas and briefs
+    (`bootstrap_interval`); `beyond_noise` when the interval leaves out 0. A rung on the SFT policy is paired
+    with its own replicas' step 0."""
+    done = {r.item: r for r in results if r.ok and r.answers is not None}
+    briefs = sorted({b for r in done.values() for b in r.answers["brief"]})
+    by_rung: dict[str, dict[int, RungResult]] = {}
+    for r in done.values():
+        by_rung.setdefault(r.rung, {})[r.replica] = r
+    rows = []
+    for rung, reps in by_rung.items():
+        parent = next(iter(reps.values())).parent
+        if parent == "sft":
+            ks = sorted(reps)
+            child = np.stack([_brief_scores(reps[k], int(reps[k].probe["shipped_step"]), briefs) for k in ks])
+            base = np.stack([_brief_scores(reps[k], 0, briefs) for k in ks])
+        else:
+            ks = sorted(set(reps) & set(by_rung.get(parent, {})))
+            if not ks:
+                continue
+            theirs = by_rung[parent]
+            child = np.stack([_brief_scores(reps[k], int(reps[k].probe["shipped_step"]), briefs) for k in ks])
+            base = np.stack([_brief_scores(theirs[k], int(theirs[k].probe["shipped_step"]), briefs) for k in ks])
+
+        def diff(k: np.ndarray, b: np.ndarray, c: np.ndarray = child, p: np.ndarray = base) -> float:
+            return _score(c, k, b) - _score(p, k, b)
+
+        every = np.arange(len(ks))
+        lo, hi = bootstrap_interval(diff, len(ks), len(briefs), level)
+        rows.append({"rung": rung, "parent": "step 0" if parent == "sft" else parent, "pairs": len(ks),
+                     "difference": diff(every, np.arange(len(briefs))), "low": lo, "high": hi,
+                     "beyond_noise": "-" if math.isnan(lo) else "yes" if lo > 0 or hi < 0 else "no"})
+    return rows
+
+
+def variance_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
+    """Per rung with two or more replicas, where the shipped holdout score's spread comes from, as standard
+    deviations: `total` over the replicas; `briefs`, the spread of one replica's score when its holdout briefs
+    are resampled (the bootstrap over briefs, averaged over replicas: what more briefs would shrink); `seed`,
+    what the training seed adds beyond that (sqrt(max(total^2 - briefs^2, 0))); `checkpoint`, the spread of the
+    holdout score over a replica's trained checkpoints (what the choice of checkpoint moves, averaged over
+    replicas). The answers' own sampling noise needs holdout scores of sampled answers, which the probe does
+    not compute (it scores the greedy answer only): not in the split."""
+    done = [r for r in results if r.ok and r.answers is not None and r.table is not None]
+    briefs = sorted({b for r in done for b in r.answers["brief"]})
+    by_rung: dict[str, list[RungResult]] = {}
+    for r in done:
+        by_rung.setdefault(r.rung, []).append(r)
+    rows = []
+    for rung, reps in by_rung.items():
+        if len(reps) < 2:
+            continue
+        shipped = [_num(r.probe["shipped"]["holdout_score"]) for r in reps]
+        total = float(np.nanstd(shipped, ddof=1))
+        brief_var = []
+        for r in reps:
+            m = _brief_scores(r, int(r.probe["shipped_step"]), briefs)[None]
+            lo, hi = bootstrap_interval(lambda k, b, m=m: _score(m, k, b), 1, len(briefs), level=0.6827)
+            brief_var.append(((hi - lo) / 2) ** 2)          # the 68% interval's half-width: one sd
+        ckpt = [float(r.table.loc[r.table["step"] > 0, "holdout_score"].std(ddof=1)) for r in reps]
+        b = float(np.sqrt(np.mean(brief_var)))
+        rows.append({"rung": rung, "replicas": len(reps), "total": total, "briefs": b,
+                     "seed": float(np.sqrt(max(total ** 2 - b ** 2, 0.0))),
+                     "checkpoint": float(np.nanmean(ckpt)) if any(np.isfinite(ckpt)) else float("nan")})
+    return rows

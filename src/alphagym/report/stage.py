@@ -36,12 +36,14 @@ from alphagym.report.build import (
     ladder_rows,
     load_rung,
     mark_noise,
+    paired_rows,
     pairs,
     reading_rows,
     seed_spread,
     selector_rows,
     shipped_rung,
     spread_cells,
+    variance_rows,
 )
 from alphagym.rungs import recipe_of
 from alphagym.tracking import StageRun
@@ -237,6 +239,25 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
                "the book of its answers with positive train CPCV (`positive`, chosen on train numbers); "
                "docs/ladder.md defines each.", "",
                plots.table_md(contract, tuple(contract[0])), ""]
+        paired = paired_rows(results)
+        if paired:
+            md += ["### Each rung against its parent, paired", "", "Replica k of every rung shares its seeds (brief "
+                   "order, adapter initialisation, sampling streams) and every rung answers the same holdout "
+                   "briefs, so a rung is compared with its parent replica by replica and brief by brief: the mean "
+                   "paired difference of the shipped holdout score and its 95% interval from a bootstrap over "
+                   "replicas and briefs (a rung on the SFT policy against its replicas' step 0). `beyond_noise`: "
+                   "the interval leaves out 0.", "",
+                   plots.table_md(paired, ("rung", "parent", "pairs", "difference", "low", "high", "beyond_noise"),
+                                  {"pairs": ".0f"}), ""]
+        split = variance_rows(results)
+        if split:
+            md += ["### Where the spread comes from", "", "Standard deviations of the shipped holdout score: "
+                   "`total` over the replicas; `briefs`, one replica's score under a bootstrap over its holdout "
+                   "briefs (what more briefs shrink); `seed`, what the training seed adds beyond it; `checkpoint`, "
+                   "the spread over a replica's trained checkpoints (what the choice of checkpoint moves). The "
+                   "probe scores greedy answers only, so the answers' own sampling noise is not in the split.", "",
+                   plots.table_md(split, ("rung", "replicas", "total", "briefs", "seed", "checkpoint"),
+                                  {"replicas": ".0f"}), ""]
         books = spread_cells(spread, BOOK_SEED_COLS)
         md += ["### The books as a quant reads them", "", "Mean ± sd over the seeds, at the shipped checkpoint: "
                "the mean |corr| and effective bets of the greedy answers' holdout P&L, and the holdout Sharpe, beta "
@@ -362,6 +383,7 @@ def _export(params: Params, deps: dict[str, Path], results: list[RungResult], ro
         "world_model": {"config": dict(params.worldmodel), "jepa_stress": dict(params.verifier.jepa_stress),
                         "gates": read_json(deps["gates"], what="world-model gate report")},
         "ladder": rows, "seeds": spread, "shipped": {"rung": ship.item, "step": ship.probe["shipped_step"]},
+        "paired": paired_rows(results), "variance": variance_rows(results),
         "rungs": {r.item: {"ok": r.ok, "missing": r.missing, "parent": r.parent, "change": r.change,
                            "train_summary": r.train, "log": r.log,
                            "checkpoints": r.table.to_dict("records") if r.table is not None else [],
