@@ -51,6 +51,15 @@ def test_mlflow_server_serves_the_rung_comparison(params, tmp_path):
             run.log_rung(resolve_rung(p, rung))
             assert run.nest_under(f"train@{rung}") is not None
             run.log_metrics({"probe/train_cpcv": 1.0}, step=100)
+    # the report's parent run per rung, with its replicas as children (run twice: the second replaces the first)
+    for mean in (0.4, 0.5):
+        with stage_run("report", p) as run:
+            ids = run.log_rung_parents([
+                {"name": rung, "params": {k: v for k, v in resolve_rung(p, rung).tracked()[0].items()
+                                          if k != "rung.seed"},
+                 "metrics": {"holdout_score_mean": mean + i, "holdout_score_sd": 0.1, "vs_parent": 0.2 * i,
+                             "vs_parent_low": float("nan")},
+                 "items": [rung]} for i, rung in enumerate(("dapo_all", "cispo_all"))])
     port = _free_port()
     db = store_path(p)
     server = subprocess.Popen([str(BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{db}",
@@ -96,6 +105,21 @@ def test_mlflow_server_serves_the_rung_comparison(params, tmp_path):
         parents = {r["info"]["run_name"]: {t["key"]: t["value"] for t in r["data"]["tags"]}["mlflow.parentRunId"]
                    for r in probes}
         assert parents == {"probe@dapo_all": run_id["train@dapo_all"], "probe@cispo_all": run_id["train@cispo_all"]}
+        # one parent run per rung, the latest report's: the compare view of the parents reads as the ladder table
+        rungs = _post(f"{base}/runs/search", {"experiment_ids": [exp_id],
+                                               "filter": "tags.`alphagym.kind` = 'rung'"})["runs"]
+        assert sorted(r["info"]["run_name"] for r in rungs) == ["rung@cispo_all", "rung@dapo_all"]
+        by = {r["info"]["run_name"]: r for r in rungs}
+        m = {q["key"]: q["value"] for q in by["rung@cispo_all"]["data"]["metrics"]}
+        assert m == {"holdout_score_mean": 1.5, "holdout_score_sd": 0.1, "vs_parent": 0.2}     # NaN left out
+        prm = {q["key"]: q["value"] for q in by["rung@cispo_all"]["data"]["params"]}
+        assert prm["recipe.loss"] == "cispo" and prm["rung.change"] == "loss: dapo -> cispo"
+        assert {r: by[f"rung@{r}"]["info"]["run_id"] for r in ("dapo_all", "cispo_all")} == ids
+        # each replica's train run is the child of its rung's parent (its probe still nested under it)
+        trains = _post(f"{base}/runs/search", {"experiment_ids": [exp_id],
+                                                "filter": "tags.`alphagym.stage` LIKE 'train@%'"})["runs"]
+        assert {r["info"]["run_name"]: {t["key"]: t["value"] for t in r["data"]["tags"]}["mlflow.parentRunId"]
+                for r in trains} == {f"train@{r}": ids[r] for r in ("dapo_all", "cispo_all")}
     finally:
         server.terminate()
         try:

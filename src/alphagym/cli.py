@@ -32,13 +32,36 @@ def _exit_on_signal(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)        # unwinds: the MLflow run ends KILLED, staged outputs are removed
 
 
-def cmd_stage(args: argparse.Namespace) -> int:
+def _exit_again(args: Any) -> None:
+    """`sys.unraisablehook` of a stage process: the exit `_exit_on_signal` raised inside a callback that cannot
+    propagate it (a garbage-collection callback of SQLAlchemy's, while MLflow opens its store) is dropped by
+    Python, and the stage would run on to the end. The signal is sent again a moment later from another
+    thread instead, so its handler runs once the callback has returned, in the main flow, and the stage stops
+    (its run KILLED, no outputs); raised at once, it would run inside this hook and be dropped too."""
     import signal
+    import threading
 
-    from alphagym.stages import run_stage
+    code = getattr(args.exc_value, "code", None)
+    if isinstance(args.exc_value, SystemExit) and code in (128 + signal.SIGTERM, 128 + signal.SIGHUP):
+        threading.Timer(0.01, os.kill, (os.getpid(), code - 128)).start()
+        return
+    sys.__unraisablehook__(args)
+
+
+def _stop_on_signals() -> None:
+    """SIGTERM and SIGHUP end a stage as Ctrl-C does (`_exit_on_signal`), wherever the signal lands."""
+    import signal
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _exit_on_signal)
+    sys.unraisablehook = _exit_again
+
+
+def cmd_stage(args: argparse.Namespace) -> int:
+
+    from alphagym.stages import run_stage
+
+    _stop_on_signals()
     key = args.stage if args.family_option is None else f"{args.stage}@{vars(args)[args.family_option]}"
     params = _params(args)
     if os.environ.get("DVC_STAGE") and os.environ.get("DVC_ROOT"):     # run by `dvc repro` / `dvc exp run`
@@ -356,14 +379,12 @@ def _score_on_server(args: argparse.Namespace, text: str, answer: bool) -> dict[
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import signal
 
     from alphagym.pipeline import verifier_inputs
     from alphagym.verifier.server import ScoreServer, socket_path
 
     _params(args)                          # a broken params.yaml fails here, not at the first request
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _exit_on_signal)
+    _stop_on_signals()
     server = ScoreServer(socket_path(), verifier_inputs, idle_timeout=args.idle_timeout,
                          log=lambda line: print(f"alphagym serve: {line}", file=sys.stderr, flush=True))
     server.bind()

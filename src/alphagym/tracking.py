@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import math
 import os
 import signal
 import socket
@@ -24,7 +25,7 @@ import subprocess
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -126,6 +127,48 @@ class StageRun:
         parent = found[0].info.run_id
         self.set_tag("mlflow.parentRunId", parent)
         return parent
+
+
+    def log_rung_parents(self, rungs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+        """One parent run per rung of the ladder, so that MLflow's compare view of the parents reads as the
+        report's ladder table: run `rung@NAME` (tags `alphagym.kind` = rung, `rung`), with the rung's resolved
+        recipe and change as params and its numbers over the replicas as metrics (each rung: `name`, `params`,
+        `metrics`, `items`, its replicas). The latest finished train run of each replica becomes its child
+        (its probe stays nested under it). A report run replaces the previous parent runs: they are deleted
+        once their children have moved. Returns rung -> parent run id; nothing when tracking is off."""
+        if self.run_id is None:
+            return {}
+
+        exp_id = self.client.get_run(self.run_id).info.experiment_id
+        return {str(r["name"]): self._rung_parent(exp_id, r) for r in rungs}
+
+    def _find(self, exp_id: str, filter_string: str) -> list[Any]:
+        return list(with_lock_retry(lambda: self.client.search_runs(
+            [exp_id], filter_string=filter_string, order_by=["attributes.start_time DESC"]), self.retries,
+            self.backoff))
+
+    def _rung_parent(self, exp_id: str, rung: Mapping[str, Any]) -> str:
+        from mlflow.entities import Metric, Param
+
+        name, ts = str(rung["name"]), int(time.time() * 1000)
+        old = self._find(exp_id, f"tags.`alphagym.kind` = 'rung' and tags.rung = '{name}'")
+        tags = {"alphagym.kind": "rung", "alphagym.stage": f"rung@{name}", "rung": name,
+                "alphagym.report_run": str(self.run_id)}
+        rid = with_lock_retry(lambda: self.client.create_run(exp_id, run_name=f"rung@{name}", tags=tags),
+                              self.retries, self.backoff).info.run_id
+        params = [Param(k, str(v)[:6000]) for k, v in rung["params"].items()]
+        metrics = [Metric(k, float(v), ts, 0) for k, v in rung["metrics"].items()
+                   if isinstance(v, int | float) and math.isfinite(float(v))]
+        with_lock_retry(lambda: self.client.log_batch(rid, metrics=metrics, params=params), self.retries,
+                        self.backoff)
+        for item in rung["items"]:
+            child = self._find(exp_id, f"tags.`alphagym.stage` = 'train@{item}' and attributes.status = 'FINISHED'")
+            if child:
+                self._call(lambda c=child[0]: self.client.set_tag(c.info.run_id, "mlflow.parentRunId", rid))
+        with_lock_retry(lambda: self.client.set_terminated(rid, status="FINISHED"), self.retries, self.backoff)
+        for o in old:
+            self._call(lambda o=o: self.client.delete_run(o.info.run_id))
+        return str(rid)
 
 
 _OPEN: dict[str, StageRun] = {}

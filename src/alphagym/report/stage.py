@@ -45,7 +45,7 @@ from alphagym.report.build import (
     spread_cells,
     variance_rows,
 )
-from alphagym.rungs import recipe_of
+from alphagym.rungs import recipe_of, resolve_rung, split_replica
 from alphagym.tracking import StageRun
 from alphagym.verifier import channels as ch
 
@@ -124,7 +124,42 @@ def report(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: St
     run.log_artifact(outs["summary"])
     for p in sorted(fig.glob("*.png")):
         run.log_artifact(p)
+    run.log_rung_parents(_rung_parents(params, results, rows, spread))
     return {k: summary[k] for k in ("rungs", "failed", "shipped_rung", "shipped_step", "shipped_holdout_score")}
+
+
+# the headline numbers a rung's MLflow parent run carries (mean and sd over its replicas)
+PARENT_COLUMNS = ("families", "holdout_effective_bets", "capped_effective_bets", "archive_effective_bets",
+                  "planted_edges_expressed", "compliance", "compliance_idea", "capped_book_sharpe",
+                  "archive_book_sharpe", "train_cpcv")
+
+
+def _rung_parents(params: Params, results: list[RungResult], rows: list[dict[str, Any]],
+                  spread: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What each rung's MLflow parent run carries (`StageRun.log_rung_parents`): its resolved recipe, parent and
+    change as params; the mean and sd over its replicas of the shipped holdout score and the headline columns,
+    and its paired difference from its parent with the interval, as metrics; its replicas as children."""
+    by_spread = {r["rung"]: r for r in spread}
+    paired = {r["rung"]: r for r in paired_rows(results)}
+    out = []
+    for name in dict.fromkeys(r.rung for r in results):
+        ok = [row for row in rows if row.get("status") == "ok" and split_replica(row["rung"])[0] == name]
+        tracked = {k: v for k, v in resolve_rung(params, name).tracked()[0].items() if k != "rung.seed"}
+        metrics: dict[str, Any] = {"replicas": float(len(ok))}
+        sp = by_spread.get(name)
+        if sp is not None:
+            metrics.update(holdout_score_mean=sp["mean"], holdout_score_sd=sp["sd"])
+            metrics.update({f"{c}_{m}": sp.get(f"{c}_{m}") for c in PARENT_COLUMNS for m in ("mean", "sd")})
+        elif ok:
+            metrics.update(holdout_score_mean=ok[0]["holdout_score"],
+                           **{f"{c}_mean": ok[0].get(c) for c in PARENT_COLUMNS})
+        pr = paired.get(name)
+        if pr is not None:
+            metrics.update(vs_parent=pr["difference"], vs_parent_low=pr["low"], vs_parent_high=pr["high"],
+                           vs_parent_beyond_noise=1.0 if pr["beyond_noise"] == "yes" else 0.0)
+        out.append({"name": name, "params": tracked, "metrics": metrics,
+                    "items": [r.item for r in results if r.rung == name]})
+    return out
 
 
 def _brief_answers(params: Params, results: list[RungResult]) -> dict[str, int]:
