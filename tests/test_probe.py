@@ -244,6 +244,11 @@ def _train_outputs(table) -> None:
     gates = Path(table["report"].deps["gates"])
     gates.parent.mkdir(parents=True, exist_ok=True)
     gates.write_text(json.dumps({"kept": []}))
+    sft = Path(table["report"].deps["sft_report"])       # the SFT stage's report, with its reading measure
+    sft.parent.mkdir(parents=True, exist_ok=True)
+    sft.write_text(json.dumps({"backend": "tiny", "after_reading": {
+        "answers": 24.0, "parse": 0.5, "own_checks": 0.7, "own_all": 0.3, "random_checks": 0.4, "random_all": 0.05,
+        **{f"gap_{k}": 0.1 for k in CHECKS}}}))
 
 
 def test_the_archive_book_is_chosen_on_train_numbers_before_the_holdout_sees_it(ladder, monkeypatch):
@@ -321,6 +326,7 @@ def test_books_and_report_come_from_the_probe_and_mark_a_failed_rung(ladder):
         "training_curves.png", "selector_vs_holdout.png", "answer_scores.png", "growth.png", "book_vs_market.png"}
     assert "## Brief compliance by check" in md and "compliance_horizon" in md
     assert "## Does the policy read its brief?" in md and "gap_horizon" in md
+    assert "## Does the SFT policy read its brief?" in md and "| tiny | after SFT | 24 | 0.500 |" in md
     assert "## Bets over training" in md and "holdout_mean_abs_corr" in md
     # the fixture samples under the grammar alone: no requirement for the decoder to write, no such table
     assert "## Requirements the decoder wrote" not in md
@@ -384,6 +390,8 @@ def test_a_report_with_no_finished_rung_is_an_error(tmp_path):
     gates.write_text("{}")
     Path(stage_table(params)["report"].deps["briefs_holdout"]).parent.mkdir(parents=True)
     Path(stage_table(params)["report"].deps["briefs_holdout"]).write_text("")
+    Path(stage_table(params)["report"].deps["sft_report"]).parent.mkdir(parents=True)
+    Path(stage_table(params)["report"].deps["sft_report"]).write_text("{}")
     with pytest.raises(DataError, match="no rung has finished"):
         run_stage(params, "report")
 

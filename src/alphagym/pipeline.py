@@ -221,6 +221,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
                    "book, on the holdout year"),
         Stage("report", "alphagym.report.stage:report",
               {"gates": f"{r}/world_model/gates.json", "briefs_holdout": f"{r}/briefs/holdout.jsonl",
+               "sft_report": f"{r}/sft/{rl_policy}/report.json",
                "log": f"{rl}/{{item}}/log.jsonl", "train": f"{rl}/{{item}}/summary.json",
                "checkpoints": f"{rl}/{{item}}/checkpoints",
                "answers": f"{probe}/{{item}}/answers.parquet", "table": f"{probe}/{{item}}/checkpoints.parquet",

@@ -521,3 +521,20 @@ def variance_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
                      "seed": float(np.sqrt(max(total ** 2 - b ** 2, 0.0))),
                      "checkpoint": float(np.nanmean(ckpt)) if any(np.isfinite(ckpt)) else float("nan")})
     return rows
+
+
+SFT_READING_COLUMNS = ("parse", "own_checks", "own_all", "random_checks", "random_all",
+                       *(f"gap_{k}" for k in _CHECK_COLUMNS))
+
+
+def sft_reading_rows(sft_report: Mapping[str, Any], label: str = "") -> list[dict[str, Any]]:
+    """The SFT stage's reading measure (`after_reading`, and `before_reading` for a pretrained backend) as
+    table rows: the free-sampled answers' parse share, checks passed against their own brief and the random
+    formulas' on the same briefs, and each check's brief-swap gap. An SFT report without it gives none."""
+    rows = []
+    for key, when in (("before_reading", "before SFT"), ("after_reading", "after SFT")):
+        r = sft_report.get(key)
+        if isinstance(r, Mapping):
+            rows.append({"policy": label or str(sft_report.get("backend", "")), "when": when,
+                         "answers": _num(r.get("answers")), **{c: _num(r.get(c)) for c in SFT_READING_COLUMNS}})
+    return rows

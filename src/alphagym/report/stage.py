@@ -28,6 +28,7 @@ from alphagym.report.build import (
     CONVERGENCE_COLUMNS,
     READING_COLUMNS,
     ROLES,
+    SFT_READING_COLUMNS,
     RungResult,
     bet_rows,
     check_rows,
@@ -41,6 +42,7 @@ from alphagym.report.build import (
     reading_rows,
     seed_spread,
     selector_rows,
+    sft_reading_rows,
     shipped_rung,
     spread_cells,
     variance_rows,
@@ -111,7 +113,9 @@ def report(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: St
     _ship_adapter(ship, rl, outs["adapter"])
     best_holdout = max(ok, key=lambda r: _f(r.probe["shipped"]["holdout_score"]))
     targets = _targets(ship, best_holdout)
-    outs["report"].write_text(_markdown(params, results, rows, spread, floor, ship, best_holdout, targets))
+    sft_read = sft_reading_rows(read_json(deps["sft_report"], what="SFT report"), params.rl.policy)
+    outs["report"].write_text(_markdown(params, results, rows, spread, floor, ship, best_holdout, targets,
+                                        sft_read))
     outs["json"].write_text(json.dumps(_clean(_export(params, deps, results, rows, spread, ship)), indent=1,
                                        default=_json_default, allow_nan=False))
     summary = {"rungs": len(results), "failed": [r.item for r in results if not r.ok], "shipped_rung": ship.item,
@@ -249,7 +253,8 @@ def _ship_adapter(ship: RungResult, rl: Rl, folder: Path) -> None:
 
 
 def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, Any]], spread: list[dict[str, Any]],
-              floor: float | None, ship: RungResult, best: RungResult, targets: dict[str, Any]) -> str:
+              floor: float | None, ship: RungResult, best: RungResult, targets: dict[str, Any],
+              sft_read: list[dict[str, Any]]) -> str:
     md = ["# alphagym ladder report", "",
           f"Policy `{params.rl.policy}`, seed {params.seed}, {len(results)} rung runs "
           f"({sum(not r.ok for r in results)} failed or not run). Every number below was computed by the "
@@ -330,6 +335,14 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
                "and their train effective bets: where the answers' bets merge.", "",
                plots.table_md(conv, ("rung", "step", "replicas", *(c for c in CONVERGENCE_COLUMNS if c in conv[0])),
                               {"step": ".0f", "replicas": ".0f", "families": ".1f"}), ""]
+    if sft_read:
+        md += ["## Does the SFT policy read its brief?", "", "The SFT policy's answers to the holdout briefs sampled "
+               "without the decoder (docs/briefs.md, \"Reading\"): `parse`, the share whose formula parses; among "
+               "those, `own_checks` (mean share of their brief's checks passed) and `own_all` (share passing all), "
+               "beside random valid corpus formulas checked against the same briefs (`random_*`), and each "
+               "check's gap against the same brief with that field swapped.", "",
+               plots.table_md(sft_read, ("policy", "when", "answers", *SFT_READING_COLUMNS), {"answers": ".0f"}),
+               ""]
     read = reading_rows(results)
     if read:
         md += ["## Does the policy read its brief?", "", f"Answers sampled without the decoder "
