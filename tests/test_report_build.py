@@ -349,7 +349,7 @@ def test_the_bootstrap_interval_recovers_a_known_sampling_distribution():
     about 1 sd (1 / 20) on each side at 68%."""
     import numpy as np
 
-    from alphagym.report.build import bootstrap_interval
+    from alphagym.books.metrics import bootstrap_interval
 
     x = np.random.default_rng(3).normal(0.5, 1.0, size=400)
     lo, hi = bootstrap_interval(lambda k, b: float(x[b].mean()), 1, len(x))
@@ -368,7 +368,8 @@ def _paired_case(shift, noise):
     out = []
     for k in (0, 1, 2):
         base = rng.normal(0.0, 1.0, size=len(briefs))
-        for rung, parent, scores in (("p", "sft", base), ("c", "p", base + shift + noise * rng.normal(size=len(briefs)))):
+        child = base + shift + noise * rng.normal(size=len(briefs))
+        for rung, parent, scores in (("p", "sft", base), ("c", "p", child)):
             item = rung if k == 0 else f"{rung}-s{k}"
             answers = pd.DataFrame({"step": 100, "brief": briefs, "holdout_score": scores})
             out.append(RungResult(item, rung, k, parent, "x", answers=answers,

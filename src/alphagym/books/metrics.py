@@ -108,3 +108,24 @@ def capped_stream(candidates: Sequence[tuple[float, float]], train_pnl: Callable
         chosen.append(int(i))
         pnls.append(p)
     return chosen
+
+
+BOOTSTRAP_DRAWS = 2000
+
+
+def bootstrap_interval(stat: Callable[[np.ndarray, np.ndarray], float], seeds: int, briefs: int,
+                       level: float = 0.95, draws: int = BOOTSTRAP_DRAWS, seed: int = 0) -> tuple[float, float]:
+    """The percentile interval of `stat(seed_rows, brief_columns)` under a two-way bootstrap: each draw
+    resamples the seed replicas (when there are two or more) and the holdout briefs, with replacement, and the
+    same resampled briefs serve every replica (they answered the same briefs). Seeded, so the same inputs
+    give the same interval."""
+    rng = np.random.default_rng([seed, 61])
+    out = np.empty(draws)
+    for i in range(draws):
+        ks = rng.integers(seeds, size=seeds) if seeds > 1 else np.zeros(1, int)
+        bs = rng.integers(briefs, size=briefs)
+        out[i] = stat(ks, bs)
+    a = (1.0 - level) / 2
+    if np.isnan(out).all():            # no valid answer to score (a checkpoint the probe did not answer with)
+        return float("nan"), float("nan")
+    return float(np.nanquantile(out, a)), float(np.nanquantile(out, 1.0 - a))

@@ -34,7 +34,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from alphagym.books.metrics import beta_corr, capped_selection, effective_bets, sharpe, total_return
+from alphagym.books.metrics import (
+    beta_corr,
+    bootstrap_interval,
+    capped_selection,
+    effective_bets,
+    sharpe,
+    total_return,
+)
 from alphagym.briefs.catalogue import Catalogue
 from alphagym.briefs.compliance import CHECK_COLUMNS, BriefChecker
 from alphagym.briefs.idea import IdeaCheck
@@ -228,6 +235,10 @@ def holdout_phase(answers: pd.DataFrame, holdout: Verifier, progress: Callable[[
     return out, books, by_row
 
 
+def _nanmean(x: np.ndarray) -> float:
+    return float(np.nanmean(x)) if np.isfinite(x).any() else float("nan")
+
+
 def holdout_table(answers: pd.DataFrame, books: Mapping[int, np.ndarray], market: np.ndarray,
                   holdout_pnls: Mapping[int, np.ndarray], train_pnls: Sequence[np.ndarray | None],
                   min_turnover: float, max_corr: float,
@@ -247,7 +258,12 @@ def holdout_table(answers: pd.DataFrame, books: Mapping[int, np.ndarray], market
             [answers["train_cpcv"].iat[i] for i in both], [answers["train_turnover"].iat[i] for i in both],
             np.asarray([train_pnls[i] for i in both]), min_turnover, max_corr)] if both else []
         capped = [holdout_pnls[i] for i in chosen]
+        scores = d["holdout_score"].to_numpy(dtype=float)
+        # the holdout score's 95% interval from a bootstrap over the briefs (one greedy answer each)
+        low, high = bootstrap_interval(lambda k, b, x=scores: _nanmean(x[b]), 1, len(scores)) if len(scores) \
+            else (np.nan, np.nan)
         rows.append({"step": int(step), "holdout_score": float(d["holdout_score"].mean()),
+                     "holdout_score_low": low, "holdout_score_high": high,
                      "holdout_valid": int(d["holdout_valid"].sum()),
                      "holdout_book_return": total_return(book) if book is not None else np.nan,
                      "holdout_book_sharpe": sharpe(book) if book is not None else np.nan,

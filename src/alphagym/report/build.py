@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from alphagym.artifacts import read_json, read_jsonl, read_parquet
+from alphagym.books.metrics import bootstrap_interval
 from alphagym.books.ship import SELECTORS, choose
 from alphagym.briefs.compliance import CHECK_COLUMNS as _CHECK_COLUMNS
 from alphagym.errors import ArtifactError
@@ -416,27 +417,6 @@ def pairs(results: Sequence[RungResult], briefs: Mapping[str, str]) -> pd.DataFr
 
 
 # --- telling rungs apart: paired differences and where the variance comes from --------------------------------
-
-BOOTSTRAP_DRAWS = 2000
-
-
-def bootstrap_interval(stat: Callable[[np.ndarray, np.ndarray], float], seeds: int, briefs: int,
-                       level: float = 0.95, draws: int = BOOTSTRAP_DRAWS, seed: int = 0) -> tuple[float, float]:
-    """The percentile interval of `stat(seed_rows, brief_columns)` under a two-way bootstrap: each draw
-    resamples the seed replicas (when there are two or more) and the holdout briefs, with replacement, and the
-    same resampled briefs serve every replica (they answered the same briefs). Seeded, so the same inputs
-    give the same interval."""
-    rng = np.random.default_rng([seed, 61])
-    out = np.empty(draws)
-    for i in range(draws):
-        ks = rng.integers(seeds, size=seeds) if seeds > 1 else np.zeros(1, int)
-        bs = rng.integers(briefs, size=briefs)
-        out[i] = stat(ks, bs)
-    a = (1.0 - level) / 2
-    if np.isnan(out).all():            # no valid answer to score (a checkpoint the probe did not answer with)
-        return float("nan"), float("nan")
-    return float(np.nanquantile(out, a)), float(np.nanquantile(out, 1.0 - a))
-
 
 def _brief_scores(r: RungResult, step: int, briefs: Sequence[str]) -> np.ndarray:
     """The holdout score of checkpoint `step`'s greedy answer to each of `briefs` (NaN where it was invalid)."""
