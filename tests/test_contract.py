@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from alphagym.briefs.catalogue import load_catalogue
+from alphagym.briefs.catalogue import FIELDS, load_catalogue
 from alphagym.briefs.compliance import check
 from alphagym.briefs.contract import (
     _TS1,
@@ -25,7 +25,7 @@ from alphagym.briefs.contract import (
     scan,
     witnesses,
 )
-from alphagym.briefs.generate import FIELDS, contradicts, generate, read_text, render
+from alphagym.briefs.generate import contradicts, generate, read_text, render
 from alphagym.config import load_params
 from alphagym.dsl.ast import walk
 from alphagym.dsl.canonical import fields_used

@@ -17,8 +17,7 @@ import torch
 
 import alphagym.probe.stage as probe_stage
 from alphagym.artifacts import write_manifest
-from alphagym.briefs.catalogue import load_catalogue
-from alphagym.briefs.compliance import CHECKS
+from alphagym.briefs.catalogue import CHECKS, load_catalogue
 from alphagym.briefs.generate import generate, read_briefs, write_briefs
 from alphagym.config import load_params
 from alphagym.data.build_panel import build_panel

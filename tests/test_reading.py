@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from alphagym.briefs.catalogue import load_catalogue
-from alphagym.briefs.compliance import CHECKS, check
+from alphagym.briefs.catalogue import CHECKS, load_catalogue
+from alphagym.briefs.compliance import check
 from alphagym.briefs.contract import compile_brief, witnesses
 from alphagym.briefs.generate import contradicts, generate
 from alphagym.briefs.reading import parsed, reading, swapped

@@ -21,6 +21,13 @@ from alphagym.errors import BriefError
 from alphagym.panel import DSL_FIELDS
 
 PARTS = ("mechanisms", "input_rules", "structures", "forbidden", "risks")
+# a brief's fields, in the order a brief is drawn and written; the horizon is a number, every other field an id
+# of its catalogue part (FIELD_PART); the checked fields are CHECKS, each read by the compliance check of its
+# name (the risk preference only words the brief)
+FIELDS = ("mechanism", "horizon", "input_rule", "structure", "forbidden", "risk")
+FIELD_PART = {"mechanism": "mechanisms", "input_rule": "input_rules", "structure": "structures",
+              "forbidden": "forbidden", "risk": "risks"}
+CHECKS = ("mechanism", "horizon", "input_rule", "structure", "forbidden")
 
 
 def _operator(name: str) -> str:

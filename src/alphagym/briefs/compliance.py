@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from alphagym.briefs.catalogue import Catalogue
+from alphagym.briefs.catalogue import CHECKS, Catalogue
 from alphagym.briefs.idea import IdeaCheck
 from alphagym.dsl.ast import Call, Field, Node, walk
 from alphagym.dsl.canonical import fields_used
@@ -23,7 +23,6 @@ from alphagym.dsl.registry import OPS
 from alphagym.panel import PRICE_LEVEL_FIELDS, Panel
 
 SMOOTHERS = frozenset({"ts_sum", "ts_mean", "ts_decay_linear", "ts_ema"})
-CHECKS = ("mechanism", "horizon", "input_rule", "structure", "forbidden")
 # the probe's and the report's column of each check's pass rate
 CHECK_COLUMNS = {k: f"compliance_{k}" for k in CHECKS}
 

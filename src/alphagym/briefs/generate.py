@@ -20,11 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from alphagym.briefs.catalogue import Catalogue
+from alphagym.briefs.catalogue import FIELD_PART, FIELDS, Catalogue
 from alphagym.errors import BriefError
 from alphagym.params import Briefs as BriefsParams
 
-FIELDS = ("mechanism", "horizon", "input_rule", "structure", "forbidden", "risk")
 RECORD = ("id", "split", "family", *FIELDS, "text")
 
 
@@ -36,10 +35,6 @@ def render(c: Catalogue, b: Mapping[str, Any]) -> str:
             f"Risk preference: {c.text('risks', b['risk'])}.")
 
 
-_PARTS = (("mechanism", "mechanisms"), ("input_rule", "input_rules"), ("structure", "structures"),
-          ("forbidden", "forbidden"), ("risk", "risks"))
-
-
 def read_text(c: Catalogue, text: str) -> dict[str, Any] | None:
     """The fields of a brief text that `render` wrote (mechanism, horizon, input rule, structure, forbidden,
     risk), read back from the text alone; None for any other text (a user's own words). The decoder keeps a
@@ -48,7 +43,7 @@ def read_text(c: Catalogue, text: str) -> dict[str, Any] | None:
     if m is None:
         return None
     out: dict[str, Any] = {"horizon": int(m["horizon"])}
-    for key, part in _PARTS:
+    for key, part in FIELD_PART.items():
         ids = [k for k in c.ids(part) if c.text(part, k) == m[key]]
         if len(ids) != 1:
             return None
@@ -199,8 +194,7 @@ def read_briefs(path: Path, catalogue: Catalogue | None = None) -> list[dict[str
             if row[k] in ("", None):
                 raise BriefError("empty field", file=str(path), line=i, field=k)
         if catalogue is not None:
-            for part, k in (("mechanisms", "mechanism"), ("input_rules", "input_rule"), ("structures", "structure"),
-                            ("forbidden", "forbidden"), ("risks", "risk")):
+            for k, part in FIELD_PART.items():
                 if row[k] not in catalogue.rows[part]:
                     raise BriefError(f"unknown id {row[k]!r}", file=str(path), line=i, field=k)
         out.append(row)

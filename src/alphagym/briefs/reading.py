@@ -26,26 +26,20 @@ from typing import Any
 
 import numpy as np
 
-from alphagym.briefs.catalogue import Catalogue
-from alphagym.briefs.compliance import CHECKS, check
+from alphagym.briefs.catalogue import CHECKS, FIELD_PART, Catalogue
+from alphagym.briefs.compliance import check
 from alphagym.briefs.generate import contradicts
 from alphagym.dsl.answer import extract
 from alphagym.dsl.ast import Node
 from alphagym.dsl.errors import DslError
 from alphagym.dsl.parser import Limits, parse
 
-# the brief field each check reads (the catalogue part it draws from, for the swap)
-CHECK_FIELD = {"mechanism": ("mechanism", "mechanisms"), "horizon": ("horizon", None),
-               "input_rule": ("input_rule", "input_rules"), "structure": ("structure", "structures"),
-               "forbidden": ("forbidden", "forbidden")}
-assert set(CHECK_FIELD) == set(CHECKS)
-
 
 def swapped(brief: Mapping[str, Any], name: str, cat: Catalogue, tolerance: float) -> dict[str, Any]:
     """`brief` with the field of check `name` changed to another value that keeps it drawable; for the
     horizon, one whose band [h / (1 + tol), h * (1 + tol)] does not meet the brief's. Seeded by the brief's
     id and the check. A field with no such other value is a ValueError naming it."""
-    field, part = CHECK_FIELD[name]
+    field, part = name, FIELD_PART.get(name)       # each check reads the field of its name
     if part is None:
         h, band = int(brief[field]), (1.0 + tolerance) ** 2
         options: list[Any] = [x for x in cat.horizons if x > h * band or x * band < h]

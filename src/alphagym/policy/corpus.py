@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from alphagym.briefs.catalogue import Catalogue
+from alphagym.briefs.catalogue import CHECKS, FIELD_PART, Catalogue
 from alphagym.briefs.compliance import check, check_spec, horizon_reason
 from alphagym.briefs.generate import contradicts, render
 from alphagym.briefs.idea import IdeaCheck
@@ -225,8 +225,6 @@ def _row(cat: Catalogue, fields: dict[str, Any], extra: dict[str, Any], text: st
                if k in ("sharpe_net", "turnover", "ic", "beta", "lookback", "nodes")}}
 
 
-_PART_OF = {"mechanism": "mechanisms", "structure": "structures", "input_rule": "input_rules",
-            "forbidden": "forbidden"}
 
 
 def _brief_first(texts: list[str], score: Callable[[str], Any], cat: Catalogue, train_families: set[str],
@@ -251,7 +249,8 @@ def _brief_first(texts: list[str], score: Callable[[str], Any], cat: Catalogue, 
             continue
         i = len(valid)
         valid.append((text, ast, card))
-        for field, part in _PART_OF.items():
+        for field in (f for f in CHECKS if f in FIELD_PART):          # the horizon is indexed below
+            part = FIELD_PART[field]
             for k in cat.ids(part):
                 if check_spec(cat.spec(part, k), ast) is None:
                     index.setdefault((field, k), set()).add(i)
@@ -266,7 +265,7 @@ def _brief_first(texts: list[str], score: Callable[[str], Any], cat: Catalogue, 
     unmatched = 0
     for b in briefs:
         fields = {k: b[k] for k in ("mechanism", "horizon", "input_rule", "structure", "forbidden", "risk")}
-        match = set.intersection(*(index.get((f, fields[f]), set()) for f in (*_PART_OF, "horizon")))
+        match = set.intersection(*(index.get((f, fields[f]), set()) for f in CHECKS))
         order = sorted(match, key=lambda i: (int(used[i]), float(rng.random())))
         fid: dict[int, float] = {}
         if idea is not None and cfg.mechanism_by != "form":

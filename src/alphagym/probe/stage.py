@@ -16,8 +16,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from alphagym.artifacts import read_json, write_parquet
-from alphagym.briefs.catalogue import load_catalogue
-from alphagym.briefs.compliance import CHECKS
+from alphagym.briefs.catalogue import CHECKS, load_catalogue
 from alphagym.briefs.generate import read_briefs
 from alphagym.briefs.idea import IdeaCheck
 from alphagym.briefs.reading import reading

@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from alphagym.books.metrics import book_metrics, capped_selection
-from alphagym.briefs.catalogue import Catalogue, load_catalogue
-from alphagym.briefs.compliance import CHECKS, BriefChecker
+from alphagym.briefs.catalogue import CHECKS, FIELD_PART, FIELDS, Catalogue, load_catalogue
+from alphagym.briefs.compliance import BriefChecker
 from alphagym.briefs.generate import contradicts, json_object, read_text, render
 from alphagym.briefs.idea import IdeaCheck
 from alphagym.dsl.parser import parse
@@ -46,10 +46,6 @@ from alphagym.verifier.verifier import Verifier
 # the most answers `propose` samples a brief: a minute or so of the tiny policy on 2 cores, and every answer is
 # kept and scored in memory (RL's answers_per_brief has the same bound)
 MAX_K = 1024
-FIELDS = ("mechanism", "horizon", "input_rule", "structure", "forbidden", "risk")
-CHECKED = ("mechanism", "horizon", "input_rule", "structure", "forbidden")
-_PART = {"mechanism": "mechanisms", "input_rule": "input_rules", "structure": "structures",
-         "forbidden": "forbidden", "risk": "risks"}
 
 
 def brief_from_fields(cat: Catalogue, fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -66,9 +62,9 @@ def brief_from_fields(cat: Catalogue, fields: Mapping[str, Any]) -> dict[str, An
                 raise BriefError(f"horizon must be a number of days in 1..2520, not {value!r}")
             b[key] = value
             continue
-        cat.row(_PART[key], str(value))                 # a BriefError listing the ids when unknown
+        cat.row(FIELD_PART[key], str(value))                 # a BriefError listing the ids when unknown
         b[key] = str(value)
-    missing = [k for k in CHECKED if k not in b]
+    missing = [k for k in CHECKS if k not in b]
     if missing:
         need = ", ".join(f"--{k.replace('_', '-')}" for k in missing)
         raise BriefError(f"a brief from catalogue fields needs {need}")
@@ -76,7 +72,7 @@ def brief_from_fields(cat: Catalogue, fields: Mapping[str, Any]) -> dict[str, An
     b = {k: b[k] for k in FIELDS}
     if contradicts(cat, b):
         raise BriefError("these fields contradict each other (one forbids every field or operator another "
-                         f"requires): {', '.join(f'{k}={b[k]}' for k in CHECKED)}")
+                         f"requires): {', '.join(f'{k}={b[k]}' for k in CHECKS)}")
     return {**b, "text": render(cat, b)}
 
 
@@ -187,7 +183,7 @@ def propose(params: Params, policy: Policy, briefs: Sequence[Mapping[str, Any]],
     idea = IdeaCheck(verifier.panel, cat)      # mechanism fidelity on the train panel the verifier scores on
     for b, answers in zip(briefs, groups, strict=True):
         kept = policy.contracts is not None and policy.contracts.reads(b["text"])
-        checker = BriefChecker({f: b[f] for f in FIELDS}, cat, tol, idea=idea) if all(f in b for f in CHECKED) \
+        checker = BriefChecker({f: b[f] for f in FIELDS}, cat, tol, idea=idea) if all(f in b for f in CHECKS) \
             else None
         cards = verifier.score_group(list(answers), answer=True, brief=checker)
         counts: dict[str, int] = {}
