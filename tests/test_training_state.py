@@ -25,13 +25,13 @@ from alphagym.artifacts import read_json, read_jsonl, read_parquet, write_parque
 from alphagym.briefs.generate import read_briefs
 from alphagym.errors import AlphagymError, ArtifactError, DataError, ResumeError, StageBusyError
 from alphagym.panel import Panel
-from alphagym.params import Crowding
+from alphagym.params import Crowding, Marginal
 from alphagym.pipeline import Stage
 from alphagym.report.build import read_training_log
 from alphagym.rl.env import VerifierEnv
 from alphagym.rl.trainer import Trainer, checkpoint_folders
 from alphagym.stages import run_stage
-from alphagym.verifier.archive import NoveltyArchive
+from alphagym.verifier.archive import MarginalBook, NoveltyArchive
 from alphagym.verifier.verifier import Verifier
 from test_rl_trainer import BRIEFS, VolumeEnv, _recipe, _sft_policy
 
@@ -46,7 +46,10 @@ class ArchiveEnv(VerifierEnv):
     def __init__(self) -> None:
         self.verifier = SimpleNamespace(archive=NoveltyArchive(12, 64),
                                         cfg=SimpleNamespace(crowding=Crowding(weight=1.0, window=3, same_bet_corr=0.9,
-                                                                              max_factor_r2=None)))
+                                                                              max_factor_r2=None),
+                                                            marginal=Marginal(size=4, max_corr=0.5)),
+                                        scorer=SimpleNamespace(cpcv_of_net=lambda pnl: 0.0))
+        self.book = MarginalBook(12, 4, 0.5)              # R16's running book: saved and loaded with the rest
         self.priorities = VolumeEnv.priorities
         self._inner = VolumeEnv()
         self.written = {}

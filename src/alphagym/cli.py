@@ -41,8 +41,8 @@ def _exit_again(args: Any) -> None:
     import signal
     import threading
 
-    code = getattr(args.exc_value, "code", None)
-    if isinstance(args.exc_value, SystemExit) and code in (128 + signal.SIGTERM, 128 + signal.SIGHUP):
+    code = args.exc_value.code if isinstance(args.exc_value, SystemExit) else None
+    if code in (128 + signal.SIGTERM, 128 + signal.SIGHUP):
         threading.Timer(0.01, os.kill, (os.getpid(), code - 128)).start()
         return
     sys.__unraisablehook__(args)

@@ -148,17 +148,16 @@ class VerifierEnv:
         mcfg, cpcv_of = self.verifier.cfg.marginal, self.verifier.scorer.cpcv_of_net
         for s in flat:
             pnl = s.card.pnl if s.card is not None else None
-            s.channels["marginal"] = ch.marginal(pnl, self.book.rows, float(s.channels["cpcv"]), s.valid, cpcv_of,
-                                                 mcfg)
+            s.channels["marginal"] = ch.marginal(pnl, self.book.rows, float(s.core), s.valid, cpcv_of, mcfg)
 
     def commit(self, scored: Sequence[Scored]) -> None:
         self.recent.append(dict(Counter(s.family or s.canonical for s in scored if s.valid and s.canonical)))
         alive = {f for step in self.recent for f in step}
         self.bets = {f: z for f, z in self.bets.items() if f in alive}     # only families R13 still counts
         # R16's book takes the step's paying answers best first
-        for s in sorted(scored, key=lambda s: -float(s.channels["cpcv"])):
+        for s in sorted(scored, key=lambda s: -float(s.core)):           # the core score is R1, the CPCV
             if s.valid and s.card is not None and s.card.pnl is not None and s.canonical:
-                self.book.offer(s.card.pnl, float(s.channels["cpcv"]), s.canonical)
+                self.book.offer(s.card.pnl, float(s.core), s.canonical)
         for s in scored:
             if s.valid and s.card is not None and s.card.pnl is not None and s.canonical:
                 self.verifier.archive.add(s.card.pnl, s.canonical, "rl")
