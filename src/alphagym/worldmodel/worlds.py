@@ -26,11 +26,12 @@ import numpy as np
 import torch
 
 from alphagym.panel import Panel
+from alphagym.params import WORLD_CHANNELS
 from alphagym.worldmodel.features import FEATURES, FeatureScaler, features_to_panel, make_features
 from alphagym.worldmodel.geometry import correlation
 from alphagym.worldmodel.model import WorldModel
 
-CHANNELS = ("dispersion", "trend_flip", "correlation", "volatility", "crash")
+CHANNELS = WORLD_CHANNELS          # the stress channels, named once (params validates `facts_moved` against them)
 STATISTIC = {"dispersion": "dispersion", "trend_flip": "trend", "correlation": "correlation",
              "volatility": "volatility", "crash": "crash"}
 DIRECTION = {"dispersion": 1.0, "correlation": 1.0, "volatility": 1.0, "crash": -1.0}   # sign of the stress
