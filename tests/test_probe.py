@@ -186,7 +186,12 @@ def test_probe_selects_on_train_numbers_before_scoring_the_holdout(ladder, monke
     train_cols = t[["step", "train_cpcv", "train_capped_sharpe", "train_effective_bets"]]
     assert select_checkpoint(train_cols, "capped_book_bets") == out["shipped_step"]
     assert t["pass_at_k"].between(0, 1).all() and {"families", "holdout_effective_bets", "capped_answers"} <= set(t)
-    # the holdout score's interval from the bootstrap over briefs holds the score
+    # the holdout score's interval from the bootstrap over briefs holds the score; the sampled answers' mean
+    # score has its own, and the spread one answer a brief puts on the score is a standard deviation
+    s = t.dropna(subset=["holdout_score_sampled"])
+    assert len(s) and ((s["holdout_score_sampled_low"] <= s["holdout_score_sampled"])
+                       & (s["holdout_score_sampled"] <= s["holdout_score_sampled_high"])).all()
+    assert (t["holdout_answer_sd"].dropna() >= 0).all()
     assert ((t["holdout_score_low"] <= t["holdout_score"]) & (t["holdout_score"] <= t["holdout_score_high"])).all()
     assert t["sampled_families"].ge(0).all()      # the samples' families, beside the greedy answers' ones
     assert (t["forced_lacking"] == 0).all()       # the fixture decodes under the grammar: no brief to complete

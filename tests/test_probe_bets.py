@@ -139,3 +139,30 @@ def test_the_train_book_table_counts_train_bets_and_caps_the_book():
     # correlation eigenvalues 2, 1, 0: participation ratio (2 + 1) ** 2 / (4 + 1) = 1.8
     assert row["train_effective_bets"] == pytest.approx(1.8, abs=0.05)
     assert row["train_capped_sharpe"] == pytest.approx(sharpe((a + b) / 2))
+
+
+def test_sampled_answers_are_scored_by_their_mean_and_their_spread():
+    """Two briefs, three sampled answers each (one repeated, one invalid on the train window): a brief's score
+    is the mean of its valid answers' holdout scores; the checkpoint's, the mean over briefs; the answers' sd,
+    sqrt(mean within-brief variance / briefs). Each formula is scored once."""
+    from types import SimpleNamespace
+
+    from alphagym.probe.probe import sampled_holdout
+
+    scores = {"a": 1.0, "b": 3.0, "c": -1.0}
+    calls = []
+
+    class Holdout:
+        def score_one(self, formula):
+            calls.append(formula)
+            return SimpleNamespace(valid=True, metrics={"holdout_score": scores[formula]})
+
+    rows = [{"step": 100, "brief": "h0", "formula": f} for f in ("a", "b", "b")] + \
+           [{"step": 100, "brief": "h1", "formula": f} for f in ("c", None, "a")]
+    [row] = sampled_holdout(rows, Holdout()).to_dict("records")
+    m0, m1 = (1 + 3 + 3) / 3, (-1 + 1) / 2
+    assert row["holdout_score_sampled"] == pytest.approx((m0 + m1) / 2)
+    v0, v1 = np.var([1, 3, 3], ddof=1), np.var([-1, 1], ddof=1)
+    assert row["holdout_answer_sd"] == pytest.approx(np.sqrt((v0 + v1) / 2 / 2))
+    assert row["holdout_score_sampled_low"] <= row["holdout_score_sampled"] <= row["holdout_score_sampled_high"]
+    assert sorted(calls) == ["a", "b", "c"]

@@ -80,6 +80,50 @@ def sampled_cards(samples: Sequence[Sequence[str]], verifier: Verifier) -> list[
     return [[verifier.score_one(a, answer=True) for a in dict.fromkeys(answers)] for answers in samples]
 
 
+def sampled_rows(step: int, briefs: Sequence[Mapping[str, Any]], samples: Sequence[Sequence[str]],
+                 cards: Sequence[Sequence[ScoreCard]]) -> list[dict[str, Any]]:
+    """One row per sampled answer (repeats kept: they are the sampling distribution): its step, brief and, when
+    valid on the train window, its formula (None otherwise). `cards`: `sampled_cards` of `samples`."""
+    rows = []
+    for b, answers, group in zip(briefs, samples, cards, strict=True):
+        by_text = dict(zip(dict.fromkeys(answers), group, strict=True))
+        rows += [{"step": step, "brief": b["id"], "formula": by_text[a].formula if by_text[a].valid else None}
+                 for a in answers]
+    return rows
+
+
+def sampled_holdout(rows: Sequence[Mapping[str, Any]], holdout: Verifier) -> pd.DataFrame:
+    """Per checkpoint, its sampled answers on the holdout year (read after selection, like the greedy
+    answers): `holdout_score_sampled`, the mean over briefs of each brief's mean holdout score over its valid
+    sampled answers, with its 95% interval from the bootstrap over briefs, and `holdout_answer_sd`, the
+    standard deviation that the draw of one answer a brief puts on a checkpoint's score (sqrt of the mean
+    within-brief variance of the sampled answers' scores over the number of briefs)."""
+    cache: dict[str, Any] = {}
+    out = []
+    frame = pd.DataFrame(list(rows), columns=["step", "brief", "formula"])
+    for step, d in frame.groupby("step", sort=True):
+        means, variances = [], []
+        for _, g in d.groupby("brief", sort=True):
+            scores = []
+            for f in g["formula"]:
+                if not isinstance(f, str):        # invalid on the train window (None, NaN in the frame)
+                    continue
+                if f not in cache:
+                    cache[f] = holdout.score_one(f)
+                if cache[f].valid:
+                    scores.append(float(cache[f].metrics["holdout_score"]))
+            means.append(float(np.mean(scores)) if scores else np.nan)
+            variances.append(float(np.var(scores, ddof=1)) if len(scores) > 1 else np.nan)
+        m = np.asarray(means)
+        low, high = bootstrap_interval(lambda k, b, x=m: _nanmean(x[b]), 1, len(m)) if len(m) else (np.nan, np.nan)
+        var = np.asarray(variances)
+        out.append({"step": int(step), "holdout_score_sampled": _nanmean(m), "holdout_score_sampled_low": low,
+                    "holdout_score_sampled_high": high,
+                    "holdout_answer_sd": float(np.sqrt(np.nanmean(var) / len(m))) if np.isfinite(var).any()
+                    else np.nan})
+    return pd.DataFrame(out)
+
+
 def pass_at_k(cards: Sequence[Sequence[ScoreCard]]) -> float:
     """Share of briefs (one list of `sampled_cards` each) where at least one sampled answer is valid with
     positive train CPCV."""

@@ -31,6 +31,8 @@ from alphagym.probe.probe import (
     pass_at_k,
     sampled_cards,
     sampled_families,
+    sampled_holdout,
+    sampled_rows,
     train_book_table,
     train_table,
 )
@@ -64,6 +66,7 @@ def probe(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
     passes: dict[int, float] = {}
     spread: dict[int, int] = {}
     lacking: dict[int, float] = {}
+    samples: list[dict[str, Any]] = []
     reading: dict[int, dict[str, float]] = {}
     for step, folder in tqdm(checkpoints, desc=f"probe {item}", unit="ckpt"):
         policy = at_checkpoint(base, folder)
@@ -80,6 +83,7 @@ def probe(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
             sampled = policy.generate([b["text"] for b in briefs], n=k, temperature=temp, seed=seed + 1 + step)
             cards = sampled_cards(sampled, train_v)
             passes[step], spread[step] = pass_at_k(cards), sampled_families(cards)
+            samples += sampled_rows(step, briefs, sampled, cards)
     answers = pd.DataFrame(rows)
     train = train_table(answers, train_pnls, cat.idea_tau)
     train["forced_lacking"] = train["step"].map(lacking)
@@ -102,6 +106,8 @@ def probe(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
     table = train.merge(holdout_table(answers, books, market, holdout_pnls, train_pnls,
                                       caps.min_turnover, caps.max_corr,
                                       _planted(deps["truth"], holdout_v)), on="step")
+    if samples:              # several sampled answers a brief, scored by their mean, beside the greedy one
+        table = table.merge(sampled_holdout(samples, holdout_v), on="step", how="left")
     table["shipped"] = table["step"] == shipped
 
     write_parquet(answers, outs["answers"])

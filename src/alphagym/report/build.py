@@ -477,8 +477,8 @@ def variance_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
     are resampled (the bootstrap over briefs, averaged over replicas: what more briefs would shrink); `seed`,
     what the training seed adds beyond that (sqrt(max(total^2 - briefs^2, 0))); `checkpoint`, the spread of the
     holdout score over a replica's trained checkpoints (what the choice of checkpoint moves, averaged over
-    replicas). The answers' own sampling noise needs holdout scores of sampled answers, which the probe does
-    not compute (it scores the greedy answer only): not in the split."""
+    replicas); `answers`, the spread one answer a brief puts on the score, from the probe's sampled answers
+    (`holdout_answer_sd` at the shipped checkpoint, averaged over replicas; NaN for a probe without it)."""
     done = [r for r in results if r.ok and r.answers is not None and r.table is not None]
     briefs = sorted({b for r in done for b in r.answers["brief"]})
     by_rung: dict[str, list[RungResult]] = {}
@@ -497,8 +497,10 @@ def variance_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
             brief_var.append(((hi - lo) / 2) ** 2)          # the 68% interval's half-width: one sd
         ckpt = [float(r.table.loc[r.table["step"] > 0, "holdout_score"].std(ddof=1)) for r in reps]
         b = float(np.sqrt(np.mean(brief_var)))
+        ans = [_num(r.probe["shipped"].get("holdout_answer_sd")) for r in reps]
         rows.append({"rung": rung, "replicas": len(reps), "total": total, "briefs": b,
                      "seed": float(np.sqrt(max(total ** 2 - b ** 2, 0.0))),
+                     "answers": float(np.nanmean(ans)) if np.isfinite(ans).any() else float("nan"),
                      "checkpoint": float(np.nanmean(ckpt)) if any(np.isfinite(ckpt)) else float("nan")})
     return rows
 

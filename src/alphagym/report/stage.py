@@ -294,9 +294,10 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
             md += ["### Where the spread comes from", "", "Standard deviations of the shipped holdout score: "
                    "`total` over the replicas; `briefs`, one replica's score under a bootstrap over its holdout "
                    "briefs (what more briefs shrink); `seed`, what the training seed adds beyond it; `checkpoint`, "
-                   "the spread over a replica's trained checkpoints (what the choice of checkpoint moves). The "
-                   "probe scores greedy answers only, so the answers' own sampling noise is not in the split.", "",
-                   plots.table_md(split, ("rung", "replicas", "total", "briefs", "seed", "checkpoint"),
+                   "the spread over a replica's trained checkpoints (what the choice of checkpoint moves); "
+                   "`answers`, the spread the draw of one answer a brief puts on the score (from the probe's "
+                   "sampled answers on the holdout year).", "",
+                   plots.table_md(split, ("rung", "replicas", "total", "briefs", "seed", "checkpoint", "answers"),
                                   {"replicas": ".0f"}), ""]
         books = spread_cells(spread, BOOK_SEED_COLS)
         md += ["### The books as a quant reads them", "", "Mean ± sd over the seeds, at the shipped checkpoint: "
