@@ -761,7 +761,8 @@ def test_make_pull_names_a_lock_recorded_for_another_profile(root, tmp_path):
     default = load_params(root / "params.yaml")
 
     def lock(params):
-        stages = {k: {"cmd": s.cmd, "params": {"params.yaml": {"profile": params["profile"]}},
+        # as DVC records it: params.yaml's own `profile` key stays `default`; the profile is in each command
+        stages = {k: {"cmd": s.cmd, "params": {"params.yaml": {"profile": "default"}},
                       "outs": [{"path": p, "md5": "0"} for p in s.outs.values()]}
                   for k, s in stage_table(params).items()}
         path = tmp_path / f"{params['profile']}.lock"

@@ -26,6 +26,7 @@ Each stage declares whether it may read the holdout; tests derive the holdout bo
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -562,6 +563,12 @@ def lock_mismatch(params: Mapping[str, Any], lock: str | Path) -> str | None:
         return f"{path} is missing: nothing was recorded to pull (run the pipeline, or check out a dvc.lock)"
     stages = (yaml_load(path.read_text()) or {}).get("stages") or {}
     table = stage_table(params)
+
+    def recorded_profile(rec: Mapping[str, Any]) -> str:
+        # a profile's dvc.yaml runs each stage with `--set profile=NAME`; params.yaml's own key stays `default`
+        m = re.search(r"--set\s+profile=(\S+)", str(rec.get("cmd", "")))
+        return m.group(1) if m else str(((rec.get("params") or {}).get("params.yaml") or {}).get("profile", "?"))
+
     mine = str(params.get("profile", "default"))
     for key, stage in table.items():
         rec = stages.get(key)
@@ -570,7 +577,7 @@ def lock_mismatch(params: Mapping[str, Any], lock: str | Path) -> str | None:
         got = sorted(str(o.get("path")) for o in rec.get("outs") or [])
         want = sorted(stage.outs.values())
         if got != want:
-            theirs = ((rec.get("params") or {}).get("params.yaml") or {}).get("profile", "?")
+            theirs = recorded_profile(rec)
             return (f"{path} records the outputs of profile {theirs!r} ({', '.join(got[:2])}, ...), not those of "
                     f"profile {mine!r} ({', '.join(want[:2])}, ...): run `make pull PROFILE={theirs}`, or check out "
                     f"a dvc.lock recorded for {mine!r}")

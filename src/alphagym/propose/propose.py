@@ -127,7 +127,7 @@ def load_proposer(params: Params, shipped: Path, sft_folder: Path, checkpoint: P
                           "make smoke with --set profile=smoke), or give --checkpoint DIR")
     meta_path = folder / META
     if checkpoint is None and not meta_path.is_file() and (folder / "README.md").is_file():
-        # the report ships no adapter when step 0 (the SFT policy itself) had the best train CPCV
+        # the report ships no adapter when `probe.selector` picked step 0 (the SFT policy itself)
         folder = sft_folder
         meta_path = folder / META
     if not meta_path.is_file():

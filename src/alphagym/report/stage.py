@@ -229,8 +229,8 @@ def _ship_adapter(ship: RungResult, rl: Rl, folder: Path) -> None:
             "`<alpha>...</alpha>`; answers are parsed, never executed.", ""]
     folder.mkdir(parents=True, exist_ok=True)
     if step == 0:
-        card += ["Step 0 (the SFT policy itself) had the best train CPCV: no RL adapter ships; use the SFT "
-                 "policy (`results/sft/<policy>/policy`)."]
+        card += [f"`probe.selector` ({ship.probe.get('selector')}) picked step 0, the SFT policy itself: no RL "
+                 "adapter ships; use the SFT policy (`results/sft/<policy>/policy`)."]
     else:
         src = ship.checkpoints / f"checkpoint-{step:06d}"
         shutil.copytree(src, folder, dirs_exist_ok=True,
@@ -343,8 +343,14 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
                "beside random valid corpus formulas checked against the same briefs (`random_*`), and each "
                "check's gap against the same brief with that field swapped.", "",
                plots.table_md(sft_read, ("policy", "when", "answers", *SFT_READING_COLUMNS), {"answers": ".0f"}),
-               ""]
+               "", *(["No free answer parsed, so no check could be measured on them (`-`).", ""]
+                     if not any(r["parse"] > 0 for r in sft_read) else [])]
     read = reading_rows(results)
+    if read and not any(r["parse"] > 0 for r in read):
+        read_note = ["No answer sampled without the decoder parsed at any checkpoint, so no check could be "
+                     "measured on them (`-`): the policy does not yet close a formula on its own.", ""]
+    else:
+        read_note = []
     if read:
         md += ["## Does the policy read its brief?", "", f"Answers sampled without the decoder "
                f"(`probe.reading_samples` = {params.probe.reading_samples} a holdout brief), at step 0, the shipped "
@@ -353,7 +359,7 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
                "share passing all; `gap_<check>`, that check's pass rate against the own brief less against the "
                "same brief with that field swapped (near 0: the field is not read).", "",
                plots.table_md(read, ("rung", "checkpoint", *(k.removeprefix("reading_") for k in READING_COLUMNS))),
-               ""]
+               "", *read_note]
     decoded = decoder_rows(results, _brief_answers(params, results))
     if decoded:
         md += ["## Requirements the decoder wrote", "", "Rungs trained under brief decoding: the share of a "
