@@ -30,7 +30,7 @@ candidate passes is counted (`briefs_unmatched`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
@@ -181,16 +181,7 @@ def build_corpus(score: Callable[[str], Any], cat: Catalogue, train_families: se
         return _brief_first(texts, score, cat, train_families, cfg, tolerance, limits, buckets, seed, progress, idea)
     rng = np.random.default_rng([seed, 12])
     rows, counts = [], {"candidates": len(texts), "parse_errors": 0, "invalid": 0, "no_brief": 0}
-    for text in progress(texts):
-        try:
-            ast = parse(text, limits)
-        except DslError:
-            counts["parse_errors"] += 1
-            continue
-        card = score(text)
-        if not card.valid:
-            counts["invalid"] += 1
-            continue
+    for text, ast, card in _valid(texts, score, limits, counts, progress):
         fidelity = None
         if idea is not None and cfg.mechanism_by != "form":
             # one evaluation of the signal; `fidelity_of` remembers each mechanism's fidelity of this formula
@@ -212,6 +203,23 @@ def build_corpus(score: Callable[[str], Any], cat: Catalogue, train_families: se
         rows.append(_row(cat, fields, extra, text, ast, card, buckets))
     counts["pairs"] = len(rows)
     return pd.DataFrame(rows), counts
+
+
+def _valid(texts: list[str], score: Callable[[str], Any], limits: Limits, counts: dict[str, int],
+           progress: Callable[[Any], Any]) -> Iterator[tuple[str, Any, Any]]:
+    """(text, parsed formula, score card) of each candidate that parses and scores valid, in order; the others
+    counted in `counts` (`parse_errors`, `invalid`)."""
+    for text in progress(texts):
+        try:
+            ast = parse(text, limits)
+        except DslError:
+            counts["parse_errors"] += 1
+            continue
+        card = score(text)
+        if not card.valid:
+            counts["invalid"] += 1
+            continue
+        yield text, ast, card
 
 
 def _row(cat: Catalogue, fields: dict[str, Any], extra: dict[str, Any], text: str, ast: Any, card: Any,
@@ -237,16 +245,7 @@ def _brief_first(texts: list[str], score: Callable[[str], Any], cat: Catalogue, 
     counts = {"candidates": len(texts), "parse_errors": 0, "invalid": 0}
     valid: list[tuple[str, Any, Any]] = []
     index: dict[tuple[str, Any], set[int]] = {}
-    for text in progress(texts):
-        try:
-            ast = parse(text, limits)
-        except DslError:
-            counts["parse_errors"] += 1
-            continue
-        card = score(text)
-        if not card.valid:
-            counts["invalid"] += 1
-            continue
+    for text, ast, card in _valid(texts, score, limits, counts, progress):
         i = len(valid)
         valid.append((text, ast, card))
         for field in (f for f in CHECKS if f in FIELD_PART):          # the horizon is indexed below
