@@ -833,7 +833,8 @@ class Books(Section):
 
 class Probe(Section):
     """The probe stage's sampled answers (docs/ladder.md): besides the greedy answer, `pass_k` sampled ones
-    per holdout brief, scored on the train window only."""
+    per holdout brief, scored on the train window for pass@k and, after the checkpoint is selected, on the
+    holdout year by their mean; and `reading_samples` sampled without the decoder for the reading measure."""
 
     pass_k: Annotated[int, Field(ge=0, le=64)] = Field(
         description="sampled answers per holdout brief for pass@k (0: none)")

@@ -114,9 +114,12 @@ def report(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: St
     best_holdout = max(ok, key=lambda r: _f(r.probe["shipped"]["holdout_score"]))
     targets = _targets(ship, best_holdout)
     sft_read = sft_reading_rows(read_json(deps["sft_report"], what="SFT report"), params.rl.policy)
+    # the bootstraps run once: the markdown, the JSON export and the MLflow parent runs read the same rows
+    paired, split = paired_rows(results), variance_rows(results)
     outs["report"].write_text(_markdown(params, results, rows, spread, floor, ship, best_holdout, targets,
-                                        sft_read))
-    outs["json"].write_text(json.dumps(_clean(_export(params, deps, results, rows, spread, ship)), indent=1,
+                                        sft_read, paired, split))
+    outs["json"].write_text(json.dumps(_clean(_export(params, deps, results, rows, spread, ship, paired, split)),
+                                       indent=1,
                                        default=_json_default, allow_nan=False))
     summary = {"rungs": len(results), "failed": [r.item for r in results if not r.ok], "shipped_rung": ship.item,
                "shipped_step": ship.probe["shipped_step"],
@@ -128,7 +131,7 @@ def report(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: St
     run.log_artifact(outs["summary"])
     for p in sorted(fig.glob("*.png")):
         run.log_artifact(p)
-    run.log_rung_parents(_rung_parents(params, results, rows, spread))
+    run.log_rung_parents(_rung_parents(params, results, rows, spread, paired))
     return {k: summary[k] for k in ("rungs", "failed", "shipped_rung", "shipped_step", "shipped_holdout_score")}
 
 
@@ -139,12 +142,12 @@ PARENT_COLUMNS = ("families", "holdout_effective_bets", "capped_effective_bets",
 
 
 def _rung_parents(params: Params, results: list[RungResult], rows: list[dict[str, Any]],
-                  spread: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                  spread: list[dict[str, Any]], paired_list: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """What each rung's MLflow parent run carries (`StageRun.log_rung_parents`): its resolved recipe, parent and
     change as params; the mean and sd over its replicas of the shipped holdout score and the headline columns,
     and its paired difference from its parent with the interval, as metrics; its replicas as children."""
     by_spread = {r["rung"]: r for r in spread}
-    paired = {r["rung"]: r for r in paired_rows(results)}
+    paired = {r["rung"]: r for r in paired_list}
     out = []
     for name in dict.fromkeys(r.rung for r in results):
         ok = [row for row in rows if row.get("status") == "ok" and split_replica(row["rung"])[0] == name]
@@ -254,7 +257,7 @@ def _ship_adapter(ship: RungResult, rl: Rl, folder: Path) -> None:
 
 def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, Any]], spread: list[dict[str, Any]],
               floor: float | None, ship: RungResult, best: RungResult, targets: dict[str, Any],
-              sft_read: list[dict[str, Any]]) -> str:
+              sft_read: list[dict[str, Any]], paired: list[dict[str, Any]], split: list[dict[str, Any]]) -> str:
     md = ["# alphagym ladder report", "",
           f"Policy `{params.rl.policy}`, seed {params.seed}, {len(results)} rung runs "
           f"({sum(not r.ok for r in results)} failed or not run). Every number below was computed by the "
@@ -279,7 +282,6 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
                "the book of its answers with positive train CPCV (`positive`, chosen on train numbers); "
                "docs/ladder.md defines each.", "",
                plots.table_md(contract, tuple(contract[0])), ""]
-        paired = paired_rows(results)
         if paired:
             md += ["### Each rung against its parent, paired", "", "Replica k of every rung shares its seeds (brief "
                    "order, adapter initialisation, sampling streams) and every rung answers the same holdout "
@@ -289,7 +291,6 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
                    "the interval leaves out 0.", "",
                    plots.table_md(paired, ("rung", "parent", "pairs", "difference", "low", "high", "beyond_noise"),
                                   {"pairs": ".0f"}), ""]
-        split = variance_rows(results)
         if split:
             md += ["### Where the spread comes from", "", "Standard deviations of the shipped holdout score: "
                    "`total` over the replicas; `briefs`, one replica's score under a bootstrap over its holdout "
@@ -431,14 +432,15 @@ def _wrap(lines: list[str], width: int = 110) -> list[str]:
 
 
 def _export(params: Params, deps: dict[str, Path], results: list[RungResult], rows: list[dict[str, Any]],
-            spread: list[dict[str, Any]], ship: RungResult) -> dict[str, Any]:
+            spread: list[dict[str, Any]], ship: RungResult, paired: list[dict[str, Any]],
+            split: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "rewards": {"channels": list(ch.CHANNELS), "priorities": dict(params.verifier.priorities),
                     "definitions": {c.id: f"{c.r} ({ch.SCOPES[c.scope]}): {c.doc}" for c in ch.REGISTRY}},
         "world_model": {"config": dict(params.worldmodel), "jepa_stress": dict(params.verifier.jepa_stress),
                         "gates": read_json(deps["gates"], what="world-model gate report")},
         "ladder": rows, "seeds": spread, "shipped": {"rung": ship.item, "step": ship.probe["shipped_step"]},
-        "paired": paired_rows(results), "variance": variance_rows(results),
+        "paired": paired, "variance": split,
         "rungs": {r.item: {"ok": r.ok, "missing": r.missing, "parent": r.parent, "change": r.change,
                            "train_summary": r.train, "log": r.log,
                            "checkpoints": r.table.to_dict("records") if r.table is not None else [],

@@ -119,6 +119,7 @@ class MarginalBook:
         self.rows = np.zeros((0, length))
         self.cpcvs = np.zeros(0)
         self.labels: list[str] = []
+        self._z = np.zeros((0, length))       # the rows standardised, for the |corr| test of each offer
 
     def __len__(self) -> int:
         return len(self.cpcvs)
@@ -128,16 +129,17 @@ class MarginalBook:
         z = standardise(pnl)
         if cpcv <= 0 or z is None or label in self.labels:
             return False
-        if len(self) and float(np.max(np.abs(np.stack([standardise(r) for r in self.rows]) @ z))) >= self.max_corr:
+        if len(self) and float(np.max(np.abs(self._z @ z))) >= self.max_corr:
             return False
         if len(self) < self.size:
             self.rows, self.cpcvs = np.vstack([self.rows, pnl]), np.append(self.cpcvs, cpcv)
+            self._z = np.vstack([self._z, z])
             self.labels.append(label)
             return True
         worst = int(np.argmin(self.cpcvs))
         if cpcv <= self.cpcvs[worst]:
             return False
-        self.rows[worst], self.cpcvs[worst], self.labels[worst] = pnl, cpcv, label
+        self.rows[worst], self._z[worst], self.cpcvs[worst], self.labels[worst] = pnl, z, cpcv, label
         return True
 
     def save(self, path: str | Path) -> None:
@@ -151,5 +153,9 @@ class MarginalBook:
         if rows.ndim != 2 or rows.shape[1] != length or not len(rows) == len(cpcvs) == len(labels) <= size:
             raise ArtifactError(path, f"R16's book holds rows of shape {rows.shape}, {len(cpcvs)} CPCVs and "
                                       f"{len(labels)} labels for length {length}, size {size}")
+        zs = [standardise(r) for r in rows]
+        if any(z is None for z in zs):
+            raise ArtifactError(path, "R16's book holds a flat P&L row, which no offer admits (garbled?)")
         book.rows, book.cpcvs, book.labels = rows, cpcvs, list(labels)
+        book._z = np.stack(zs) if zs else np.zeros((0, length))
         return book
