@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from alphagym.briefs.catalogue import FIELDS, load_catalogue
+from alphagym.briefs.catalogue import CHECKS, FIELDS, load_catalogue
 from alphagym.briefs.compliance import check
 from alphagym.briefs.contract import (
     _TS1,
@@ -347,11 +347,37 @@ def test_forced_late_counts_the_answers_cut_at_the_cap_and_forced_lacking_the_re
     assert 0 < late and cut - unforced <= late <= cut, (late, cut, unforced)
     # the untrained policy meets no requirement by itself: nearly every forced completion writes one; the
     # grammar alone has none to write
-    assert 0.5 * pol.decode_stats["forced"] < pol.decode_stats["forced_lacking"] <= pol.decode_stats["forced"]
+    st = pol.decode_stats
+    assert 0.5 * st["forced"] < st["forced_lacking"] <= st["forced"]
+    # by check: an answer counted once a check it lacked, so each check's count is at most the whole count and
+    # the checks' together at least it; the horizon (every brief asks for a window) is lacked most often here
+    by_check = {c: st.get(f"forced_lacking_{c}", 0) for c in CHECKS}
+    assert all(v <= st["forced_lacking"] for v in by_check.values()), by_check
+    assert sum(by_check.values()) >= st["forced_lacking"] and by_check["forbidden"] == 0, by_check
+    assert by_check["horizon"] > 0
     set_decoding(pol, "grammar", load_params().dsl.limits, TOL)
     pol.decode_stats.clear()
     pol.generate(texts, n=2, temperature=1.0, seed=1)
     assert pol.decode_stats["forced"] > 0 and pol.decode_stats["forced_lacking"] == 0
+    assert not any(k.startswith("forced_lacking_") and v for k, v in pol.decode_stats.items())
+
+
+def test_lacking_names_the_checks_whose_requirement_an_answer_has_not_met(cat):
+    """`lacking` names each check whose own requirements (`check_contracts`) a prefix has not met, as a
+    requirement is written it leaves the list, and it is empty exactly when `lacks` is false; the grammar's
+    own checker lacks nothing."""
+    b = dict(id="t1", mechanism="volume_surge", horizon=21, input_rule="use_vwap", structure="two_ranks",
+             forbidden="no_argext")
+    ck = ContractChecker(compile_brief(b, cat, TOL), b, cat, TOL)
+    steps = {"<alpha>": ("mechanism", "horizon", "input_rule", "structure"),
+             "<alpha>rank(ts_mean(volume, 5": ("horizon", "input_rule", "structure"),   # mechanism: op and field
+             "<alpha>rank(ts_mean(volume, 21": ("input_rule", "structure"),             # the horizon's window
+             "<alpha>rank(ts_mean(volume, 21)) - rank(vwap)": (),
+             "<alpha>rank(((": ("mechanism", "horizon", "input_rule", "structure")}
+    for text, want in steps.items():
+        assert ck.lacking(text) == want, text
+        assert ck.lacks(text) == bool(want), text
+    assert PrefixChecker().lacking("<alpha>") == () and not PrefixChecker().lacks("<alpha>")
 
 
 def test_brief_decoding_keeps_each_rows_own_brief_and_leaves_free_text_to_the_grammar(cat):

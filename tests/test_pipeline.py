@@ -572,6 +572,8 @@ def test_snakemake_run_reruns_on_params_and_code_and_agrees_with_dvc(root, tmp_p
         # the share of greedy answers whose requirement the brief decoder wrote (0 under the grammar:
         # tests/test_probe.py)
         assert checkpoints["forced_lacking"].between(0, 1).all(), checkpoints["forced_lacking"]
+        by_check = checkpoints[[f"forced_lacking_{k}" for k in ("mechanism", "horizon", "input_rule", "structure")]]
+        assert (by_check.le(checkpoints["forced_lacking"], axis=0)).all().all(), by_check
         assert checkpoints["reading_parse"].between(0, 1).all(), checkpoints["reading_parse"]
     assert _changed(work) == (set(), set())
     assert _planned(work) == set()

@@ -194,7 +194,8 @@ def test_probe_selects_on_train_numbers_before_scoring_the_holdout(ladder, monke
     assert (t["holdout_answer_sd"].dropna() >= 0).all()
     assert ((t["holdout_score_low"] <= t["holdout_score"]) & (t["holdout_score"] <= t["holdout_score_high"])).all()
     assert t["sampled_families"].ge(0).all()      # the samples' families, beside the greedy answers' ones
-    assert (t["forced_lacking"] == 0).all()       # the fixture decodes under the grammar: no brief to complete
+    # the fixture decodes under the grammar: no brief to complete, by check either
+    assert (t[["forced_lacking", *(f"forced_lacking_{k}" for k in CHECKS)]] == 0).all().all()
     # the reading measure of free-sampled answers, per checkpoint: shares, and gaps between -1 and 1
     assert t["reading_parse"].between(0, 1).all() and t["reading_gap_horizon"].dropna().between(-1, 1).all()
     assert {f"reading_own_{k}" for k in CHECKS} <= set(t.columns)

@@ -191,6 +191,29 @@ def test_the_decoder_table_gives_the_share_of_answers_whose_requirement_the_deco
     assert decoder_rows([brief], {"brief": 32})[0]["forced_lacking_last"] == pytest.approx(0.75)
 
 
+def test_the_decoder_tables_by_check_name_the_checks_the_decoder_wrote():
+    """By check, from the training log: each check's first and last shares over the answers a step samples;
+    a check the log lacks is left out. From the probe table: step 0 and the shipped checkpoint's per-check
+    shares; a probe that predates the columns is left out."""
+    from alphagym.report.build import decoder_check_rows, lacking_rows
+
+    log = [{"step": i + 1, "decoding/forced_lacking": 16.0, "decoding/forced_lacking_horizon": 16.0 if i < 50 else 4.0,
+            "decoding/forced_lacking_mechanism": 8.0} for i in range(100)]
+    brief = RungResult("brief", "brief", 0, "sft", "x", log=log)
+    rows = decoder_check_rows([brief], {"brief": 32})
+    assert {r["check"]: (r["first"], r["last"]) for r in rows} == {"horizon": (0.5, 0.125), "mechanism": (0.25, 0.25)}
+    assert decoder_check_rows([brief], {}) == []                  # a grammar rung: no brief decoding
+    checks = {f"forced_lacking_{c}": [0.4, 0.1] for c in ("mechanism", "horizon", "input_rule", "structure",
+                                                          "forbidden")}
+    table = pd.DataFrame({"step": [0, 200], "forced_lacking": [0.5, 0.2], **checks})
+    new = RungResult("n", "n", 0, "sft", "x", table=table, probe={"shipped_step": 200})
+    step0, shipped = lacking_rows([new])
+    assert step0["checkpoint"] == "step 0" and step0["horizon"] == 0.4 and shipped["horizon"] == 0.1
+    assert shipped["forced_lacking"] == 0.2
+    old = RungResult("o", "o", 0, "sft", "x", table=table[["step", "forced_lacking"]], probe={"shipped_step": 200})
+    assert lacking_rows([old]) == []
+
+
 def test_the_decoder_table_takes_the_rungs_that_sample_under_brief_decoding_with_their_step_size():
     """The report's rung -> answers a step: the rungs whose recipe (or, unset, `policy.decoding`) is brief,
     not the grammar-only control."""

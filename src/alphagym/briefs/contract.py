@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from alphagym.briefs.catalogue import Catalogue
+from alphagym.briefs.catalogue import CHECKS, FIELD_PART, Catalogue
 from alphagym.briefs.compliance import SMOOTHERS, check, max_window, ts_nesting
 from alphagym.briefs.generate import read_text
 from alphagym.dsl.ast import Call, Field, Node, walk
@@ -110,6 +110,16 @@ def merge_specs(specs: list[Mapping[str, Any]], horizon: int, tolerance: float) 
         distinct_fields=(max([int(d.get("min", 0)) for d in dist], default=0),
                          min([int(d.get("max", UNLIMITED)) for d in dist], default=UNLIMITED)),
     )
+
+
+def check_contracts(brief: Mapping[str, Any], catalogue: Catalogue, tolerance: float) -> dict[str, Contract]:
+    """Each hard check's own part of a brief's contract, by check (`CHECKS`): its field's spec with no window
+    asked, and the horizon's window alone. What a prefix has not met is named by check (`lacking`), though
+    the decoder keeps the merged contract."""
+    h = int(brief["horizon"])
+    return {name: Contract(window=merge_specs([], h, tolerance).window) if name == "horizon" else
+            replace(merge_specs([catalogue.spec(FIELD_PART[name], brief[name])], h, tolerance), window=(0.0, math.inf))
+            for name in CHECKS if name in brief}
 
 
 def brief_specs(brief: Mapping[str, Any], catalogue: Catalogue) -> list[Mapping[str, Any]]:
@@ -750,6 +760,7 @@ class ContractChecker(PrefixChecker):
         own = idea_witnesses(contract, catalogue.references(str(brief["mechanism"])), self.limits) \
             if "mechanism" in brief else ()
         self.witness_pieces = tuple(f" + {w}" for w in dict.fromkeys([*own, *witnesses(contract, self.limits)]))
+        self._parts: dict[str, Contract] | None = None          # `check_contracts`, built when first asked
 
     def continues(self, formula: str) -> bool:
         # the contract's own rules first: reading the facts costs less than the prefix parse
@@ -839,6 +850,16 @@ class ContractChecker(PrefixChecker):
     def lacks(self, text: str) -> bool:
         f = self._facts(text)[1]
         return f is None or bool(unmet(self.contract, f.ops, f.fields, f.max_window))
+
+    def lacking(self, text: str) -> tuple[str, ...]:
+        """The checks whose own requirements (`check_contracts`) the answer `text` has not met; every check
+        that asks for something where the formula does not lex."""
+        if self._parts is None:
+            self._parts = check_contracts(self.brief, self.catalogue, self.tolerance)
+        f = self._facts(text)[1]
+        if f is None:
+            return tuple(n for n, c in self._parts.items() if unmet(c, {}, set(), 0.0))
+        return tuple(n for n, c in self._parts.items() if unmet(c, f.ops, f.fields, f.max_window))
 
     def repairs(self, text: str) -> tuple[str, ...]:
         """A witness as the whole formula of an empty answer, or added as an operand (` + W`) while the

@@ -197,7 +197,12 @@ class PrefixChecker:
     def lacks(self, text: str) -> bool:
         """Whether an open answer still lacks something only a `repairs` piece supplies (never, here; a
         brief's checker: a requirement unmet). Once false it stays false as text is appended."""
-        return False
+        return bool(self.lacking(text))
+
+    def lacking(self, text: str) -> tuple[str, ...]:
+        """The brief's checks (`briefs.catalogue.CHECKS`) whose requirement an open answer has not met yet:
+        none here; a brief's checker names them."""
+        return ()
 
     def repairs(self, text: str) -> tuple[str, ...]:
         """Pieces the completion search tries right after the closing tag, before the grammar's own: none

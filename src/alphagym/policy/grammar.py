@@ -208,8 +208,12 @@ class GrammarSampler:
         # a completion whose text (the queue but its end token) is longer than the tokens left is cut at the
         # cap: the answer ends invalid
         self.stats["forced_late"] += queue is not None and len(row) + len(queue) - 1 > self.max_new_tokens > 0
-        # a brief's requirement the model had not met is written by the decoder, not learned (`lacks`)
-        self.stats["forced_lacking"] += queue is not None and self.checker_of(b).lacks(self._text(row))
+        # a brief's requirement the model had not met is written by the decoder, not learned (`lacking`):
+        # counted once an answer, and once for each check whose requirement it lacked
+        lacking = self.checker_of(b).lacking(self._text(row)) if queue is not None else ()
+        self.stats["forced_lacking"] += bool(lacking)
+        for check in lacking:
+            self.stats[f"forced_lacking_{check}"] = self.stats.get(f"forced_lacking_{check}", 0) + 1
 
     def _next_forced(self, b: int, row: list[int]) -> int | None:
         """The next token of row `b`'s forced completion (computed when its closing phase begins, or

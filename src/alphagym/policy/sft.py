@@ -18,7 +18,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
-from alphagym.briefs.catalogue import Catalogue
+from alphagym.briefs.catalogue import CHECKS, Catalogue
 from alphagym.params import SftRun
 from alphagym.policy.evaluate import verified_answers
 from alphagym.policy.model import Policy
@@ -102,10 +102,11 @@ def self_distill(policy: Policy, pairs: pd.DataFrame, briefs: Sequence[Mapping[s
         got, stats = verified_answers(policy, briefs, verifier, cat, tol, sd.samples, temperature,
                                       seed + 100 + k, desc=f"{desc} {k + 1}", min_compliance=sd.min_compliance)
         # the share of the drawn answers whose brief requirement the decoder wrote: taught to the policy as its own
-        lacking = policy.decode_stats.get("forced_lacking", 0) / max(stats["answers"], 1)
+        lacking = {key: v / max(stats["answers"], 1) for key, v in policy.decode_stats.items()
+                   if key.startswith("forced_lacking")}
         policy.decode_stats.clear()
         row = {"round": k + 1, "drawn": stats["answers"], "valid_share": stats["valid_share"], "kept": stats["kept"],
-               "forced_lacking": lacking}
+               "forced_lacking": 0.0, **{f"forced_lacking_{c}": 0.0 for c in CHECKS}, **lacking}
         if not got:                  # a policy too weak to write one valid answer: nothing to learn from
             rounds.append({**row, "replayed": 0.0, "steps": 0.0})
             continue

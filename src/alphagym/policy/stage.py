@@ -13,7 +13,7 @@ import torch
 from tqdm.auto import tqdm
 
 from alphagym.artifacts import read_json, read_parquet, write_parquet
-from alphagym.briefs.catalogue import Catalogue, load_catalogue
+from alphagym.briefs.catalogue import CHECKS, Catalogue, load_catalogue
 from alphagym.briefs.generate import families, read_briefs
 from alphagym.briefs.idea import IdeaCheck
 from alphagym.dsl.parser import Limits
@@ -80,6 +80,8 @@ def _evaluate_on_holdout(policy: Policy, holdout: list[dict[str, Any]], verifier
     stats["decode_dead_ends"] = policy.decode_stats.get("dead_ends", 0)
     stats["decode_forced_late"] = policy.decode_stats.get("forced_late", 0)
     stats["decode_forced_lacking"] = policy.decode_stats.get("forced_lacking", 0)
+    for check in CHECKS:
+        stats[f"decode_forced_lacking_{check}"] = policy.decode_stats.get(f"forced_lacking_{check}", 0)
     policy.decode_stats.clear()
     free, free_rows = None, rows
     if params.policy.decoding != "free":

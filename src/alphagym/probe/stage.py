@@ -65,7 +65,7 @@ def probe(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
     k, temp = params.probe.pass_k, params.probe.temperature
     passes: dict[int, float] = {}
     spread: dict[int, int] = {}
-    lacking: dict[int, float] = {}
+    lacking: dict[int, dict[str, float]] = {}
     samples: list[dict[str, Any]] = []
     reading: dict[int, dict[str, float]] = {}
     for step, folder in tqdm(checkpoints, desc=f"probe {item}", unit="ckpt"):
@@ -73,7 +73,7 @@ def probe(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
         policy.decode_stats.clear()
         answers = [a[0] for a in policy.generate([b["text"] for b in briefs], n=1, temperature=0.0, seed=seed)]
         # greedy answers whose brief requirement the decoder's forced completion wrote (0 under the grammar)
-        lacking[step] = policy.decode_stats.get("forced_lacking", 0) / len(briefs)
+        lacking[step] = {name: policy.decode_stats.get(name, 0) / len(briefs) for name in LACKING_COLUMNS}
         new_rows, new_pnls = answer_rows(step, briefs, answers, train_v, cat, tol, idea)
         rows += new_rows
         train_pnls += new_pnls
@@ -86,7 +86,8 @@ def probe(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
             samples += sampled_rows(step, briefs, sampled, cards)
     answers = pd.DataFrame(rows)
     train = train_table(answers, train_pnls, cat.idea_tau)
-    train["forced_lacking"] = train["step"].map(lacking)
+    for col in LACKING_COLUMNS:
+        train[col] = train["step"].map({s: v[col] for s, v in lacking.items()})
     for col in READING_COLUMNS if reading else ():
         train[f"reading_{col}"] = train["step"].map({s: r[col] for s, r in reading.items()})
     if k:
@@ -132,6 +133,8 @@ def probe(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
             "shipped_holdout_score": summary["shipped"]["holdout_score"]}
 
 
+# the greedy answers whose brief requirement the decoder wrote, and of those, the ones lacking each check's
+LACKING_COLUMNS = ("forced_lacking", *(f"forced_lacking_{k}" for k in CHECKS))
 # the reading measure's columns in the checkpoint table, each as `reading_<name>`
 READING_COLUMNS = ("parse", "own_checks", "own_all", *(f"{p}_{k}" for p in ("own", "gap") for k in CHECKS))
 

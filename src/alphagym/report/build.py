@@ -312,15 +312,54 @@ def decoder_rows(results: Sequence[RungResult], answers: Mapping[str, int], wind
     (`decoding/forced_late`). Rungs whose log lacks the counts are left out."""
     rows = []
     for r in results:
-        n = answers.get(r.item)
-        if not r.ok or not n or not r.log or "decoding/forced_lacking" not in r.log[0]:
+        first_last = _first_last(r, answers, "decoding/forced_lacking", window)
+        if first_last is None:
             continue
-        share = [float(x["decoding/forced_lacking"]) / n for x in r.log]
-        w = min(window, len(share))
-        rows.append({"rung": r.item, "steps": len(share), "answers_per_step": n,
-                     "forced_lacking_first": sum(share[:w]) / w, "forced_lacking_last": sum(share[-w:]) / w,
+        rows.append({"rung": r.item, "steps": len(r.log), "answers_per_step": answers[r.item],
+                     "forced_lacking_first": first_last[0], "forced_lacking_last": first_last[1],
                      "forced_late_answers": sum(float(x.get("decoding/forced_late", 0.0)) for x in r.log)})
     return rows
+
+
+def decoder_check_rows(results: Sequence[RungResult], answers: Mapping[str, int], window: int = 50
+                       ) -> list[dict[str, Any]]:
+    """`decoder_rows` by check: per rung trained under brief decoding and per hard check, the share of a
+    step's answers whose requirement of that check the decoder wrote (`decoding/forced_lacking_<check>`; an
+    answer lacking two checks counts in both), over the first and the last `window` steps: which field the
+    policy leaves to the decoder. Rungs whose log lacks the counts are left out."""
+    rows = []
+    for r in results:
+        for check in _CHECK_COLUMNS:
+            first_last = _first_last(r, answers, f"decoding/forced_lacking_{check}", window)
+            if first_last is not None:
+                rows.append({"rung": r.item, "check": check, "first": first_last[0], "last": first_last[1]})
+    return rows
+
+
+def _first_last(r: RungResult, answers: Mapping[str, int], key: str, window: int) -> tuple[float, float] | None:
+    """The mean over the first and the last `window` steps of rung `r`'s logged count `key`, as a share of the
+    answers a step samples; None for a failed rung, one without brief decoding or a log without the key."""
+    n = answers.get(r.item)
+    if not r.ok or not n or not r.log or key not in r.log[0]:
+        return None
+    share = [float(x[key]) / n for x in r.log]
+    w = min(window, len(share))
+    return sum(share[:w]) / w, sum(share[-w:]) / w
+
+
+# a probe's per-check forced shares (`probe.stage.LACKING_COLUMNS` less the whole share)
+LACKING_COLUMNS = tuple(f"forced_lacking_{k}" for k in _CHECK_COLUMNS)
+
+
+def lacking_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
+    """Per rung, at step 0 and the shipped checkpoint: the share of the greedy holdout answers whose brief
+    requirement the decoder wrote (`forced_lacking`) and, by check, the share that lacked that check's
+    requirement (`forced_lacking_<check>`; 0 under the grammar alone). Rungs whose probe predates the
+    columns are left out."""
+    return [{"rung": r.item, "checkpoint": label, "forced_lacking": _num(row.get("forced_lacking")),
+             **{k.removeprefix("forced_lacking_"): _num(row[k]) for k in LACKING_COLUMNS}}
+            for r in results if r.ok and r.table is not None and set(LACKING_COLUMNS) <= set(r.table.columns)
+            for label, row in _step0_and_shipped(r)]
 
 
 def selector_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:

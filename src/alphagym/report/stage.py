@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from alphagym.artifacts import read_json, write_manifest, write_parquet
+from alphagym.briefs.catalogue import CHECKS
 from alphagym.briefs.generate import read_briefs
 from alphagym.errors import DataError
 from alphagym.params import Params, Rl
@@ -33,7 +34,9 @@ from alphagym.report.build import (
     bet_rows,
     check_rows,
     convergence_rows,
+    decoder_check_rows,
     decoder_rows,
+    lacking_rows,
     ladder_rows,
     load_rung,
     mark_noise,
@@ -371,6 +374,17 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
                plots.table_md(decoded, ("rung", "steps", "answers_per_step", "forced_lacking_first",
                                         "forced_lacking_last", "forced_late_answers"),
                               {"steps": ".0f", "answers_per_step": ".0f", "forced_late_answers": ".0f"}), ""]
+    by_check = decoder_check_rows(results, _brief_answers(params, results))
+    if by_check:
+        md += ["By check: the share of a training step's answers whose requirement of that check the decoder "
+               "wrote (an answer lacking two counts in both), over the first and the last 50 steps.", "",
+               plots.table_md(by_check, ("rung", "check", "first", "last")), ""]
+    lacking = [r for r in lacking_rows(results) if any(v for k, v in r.items() if k not in ("rung", "checkpoint"))]
+    if lacking:
+        md += ["## Requirements the decoder wrote on the holdout briefs", "", "The greedy holdout answers of step 0 "
+               "(the SFT policy) and of the shipped checkpoint: the share whose brief requirement the decoder wrote, "
+               "and by check the share that lacked that check's requirement.", "",
+               plots.table_md(lacking, ("rung", "checkpoint", "forced_lacking", *CHECKS)), ""]
     picks = selector_rows(results)
     if picks:
         md += ["## Checkpoint selectors", "", "Each selector picks a rung's checkpoint on train-window numbers "

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from alphagym.artifacts import MANIFEST, read_json, read_safetensors, read_torch, verify_manifest, write_manifest
+from alphagym.briefs.catalogue import CHECKS
 from alphagym.config import to_builtin
 from alphagym.errors import ArtifactError, PolicyError, ResumeError
 from alphagym.params import RlRecipe
@@ -127,6 +128,8 @@ class Trainer:
             timing["decoding/forced_late"] = float(st.get("forced_late", 0))     # answers cut at the cap
             # answers whose brief requirement the decoder's completion wrote (the model had not)
             timing["decoding/forced_lacking"] = float(st.get("forced_lacking", 0))
+            for check in CHECKS:         # ... and of those, the answers that lacked this check's requirement
+                timing[f"decoding/forced_lacking_{check}"] = float(st.get(f"forced_lacking_{check}", 0))
             st.clear()
         rounds = replaced = 0
         if self.cfg.refill.enabled:
