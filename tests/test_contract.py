@@ -160,13 +160,16 @@ def test_an_operator_cut_in_half_is_judged_as_the_operator_it_can_only_become(ca
 
 def test_cut_formulas_completed_under_random_briefs_comply(cat):
     """Fuzz: 1,000 drawn briefs x a random formula cut at a random point: whenever the checker keeps the
-    prefix and completes it, the answer passes every hard check of its brief."""
+    prefix and completes it, the answer passes every hard check of its brief (with the witness variants
+    the default params draw among)."""
     rng = np.random.default_rng(1)
     combos = [b for b in _combos(cat) if not contradicts(cat, b)]
     completed = kept = 0
+    variants = load_params().policy.witness_variants
+    assert variants > 1
     for k in range(1000):
         b = {**combos[rng.integers(len(combos))], "id": f"f{k}"}
-        ck = ContractChecker(compile_brief(b, cat, TOL), b, cat, TOL)
+        ck = ContractChecker(compile_brief(b, cat, TOL), b, cat, TOL, variants=variants)
         formula = random_formula(int(rng.integers(1 << 30)), max_window=60)
         prefix = "<alpha>" + formula[: int(rng.integers(0, len(formula) + 1))]
         if ck.state(prefix) != "open":
@@ -380,6 +383,32 @@ def test_lacking_names_the_checks_whose_requirement_an_answer_has_not_met(cat):
     assert PrefixChecker().lacking("<alpha>") == () and not PrefixChecker().lacks("<alpha>")
 
 
+def test_the_witness_the_decoder_writes_for_a_lacking_requirement_differs_between_answers(cat):
+    """Answers that lack the same requirements get witnesses drawn among `variants` (operator of the group,
+    window in the horizon's range, field order), each still finishing the answer compliant; the same answer
+    gets the same witness. Control: with one variant every such answer gets the same term."""
+    b = dict(id="t1", mechanism="volume_surge", horizon=21, input_rule="use_vwap", structure="ranked",
+             forbidden="no_argext")
+    c = compile_brief(b, cat, TOL)
+    starts = [f"<alpha>rank({x}" for x in ("close", "open", "high - low", "returns", "close / open", "high",
+                                             "low", "close - open", "returns * returns", "open - close")]
+
+    def completions(variants: int) -> list[str]:
+        ck = ContractChecker(c, b, cat, TOL, variants=variants)
+        out = []
+        for s in starts:
+            suffix = ck.completion(s)
+            assert suffix is not None and ck.state(s + suffix) == "done", s
+            assert check(b, parse((s + suffix)[7:-8]), cat, TOL).ok, s + suffix
+            out.append(suffix)
+        return out
+
+    drawn = completions(8)
+    assert len(set(drawn)) >= 4, drawn
+    assert drawn == completions(8)                                 # a hash of the answer, not a clock
+    assert len(set(completions(1))) == 1                           # control: one witness for every answer
+
+
 def test_brief_decoding_keeps_each_rows_own_brief_and_leaves_free_text_to_the_grammar(cat):
     """Sampled answers (an untrained policy, so the contract does all the steering): every answer that ends
     valid passes every hard check of its own brief, with briefs of different contracts side by side in a
@@ -387,8 +416,8 @@ def test_brief_decoding_keeps_each_rows_own_brief_and_leaves_free_text_to_the_gr
     `decoding: grammar` answers it; an unsatisfiable catalogue brief is refused before sampling."""
     train, _, _ = generate(cat, Briefs(train=24, holdout=8, holdout_family_share=0.15, horizon_tolerance=TOL), 5)
     pol = _tiny(96, [b["text"] for b in train])
-    limits = load_params().dsl.limits
-    set_decoding(pol, "brief", limits, TOL)
+    limits, variants = load_params().dsl.limits, load_params().policy.witness_variants
+    set_decoding(pol, "brief", limits, TOL, variants)
     out = pol.generate([b["text"] for b in train], n=2, temperature=1.0, seed=1)
     assert out == pol.generate([b["text"] for b in train], n=2, temperature=1.0, seed=1)       # seeded
     grammar = PrefixChecker()

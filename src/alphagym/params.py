@@ -591,6 +591,10 @@ class Policy(Section):
         description="brief: sample only tokens that keep the answer a parseable <alpha> formula that can still "
                     "pass every hard check of its catalogue brief (other prompts: the grammar alone); grammar: "
                     "parseable only; free: the model's plain distribution")
+    witness_variants: Annotated[int, Field(ge=1, le=64)] = Field(
+        description="brief decoding: where the decoder writes a requirement the answer lacks, it draws the witness "
+                    "among this many variants (fields, operator, window), by a hash of the answer so far, so that "
+                    "the answers it completes do not share one term; 1: always the first")
     adapter: Adapter
     tiny: TinyPolicy
     smollm2: PretrainedPolicy

@@ -37,7 +37,9 @@ tokens this checker keeps, renormalised (`policy.grammar`).
 from __future__ import annotations
 
 import math
+import random
 import re
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -524,18 +526,28 @@ def _piece(op: str, f: str, g: str, w: int, s: int) -> str:
     return f"{op}({f})" if spec.arity == 1 else f"{op}({f}, {g})"
 
 
-@lru_cache(maxsize=4096)
-def built(c: Contract, limits: Limits) -> tuple[str, ...]:
+@lru_cache(maxsize=16384)
+def built(c: Contract, limits: Limits, variant: int = 0) -> tuple[str, ...]:
     """Witnesses built for the contract, goal first: the fewest fields that meet its field requirements and
     counts, the fewest operators that meet its operator groups and counts (one that meets several groups
     first), each operator a term over those fields at the middle of the horizon's window range, the terms
-    summed, wrappers (`rank`, `sign`, ...) around a time-series term, under the required root. Variants
-    differ in the order of the fields; each is kept only if it `holds`."""
+    summed, wrappers (`rank`, `sign`, ...) around a time-series term, under the required root. The results
+    differ in the order of the fields; each is kept only if it `holds`. `variant` k > 0 builds them the same
+    way with the field and operator preferences shuffled and the main window drawn in the range, all by a
+    generator seeded with k: as small, different terms (`ContractChecker.repairs` draws k per answer)."""
     windows = _windows(c, limits)
     if not windows:
         return ()
     w, s = windows[0]
-    allowed = [f for f in _FIELD_ORDER if f not in c.forbid_fields]
+    field_order, op_order = _FIELD_ORDER, _OP_ORDER
+    if variant:
+        rng = random.Random(variant)
+        field_order = tuple(rng.sample(_FIELD_ORDER, len(_FIELD_ORDER)))
+        op_order = tuple(rng.sample(_OP_ORDER, len(_OP_ORDER)))
+        mains = [m for m, _ in windows]
+        w = rng.randint(min(mains), max(mains))
+        s = 5 if w >= 5 else 2                  # `_windows` has no main window below 2
+    allowed = [f for f in field_order if f not in c.forbid_fields]
     fields: list[str] = []
     for g in c.require_fields:
         if not g & set(fields):
@@ -549,14 +561,14 @@ def built(c: Contract, limits: Limits) -> tuple[str, ...]:
     ops: list[str] = []
     while groups:
         best = min(set().union(*groups), key=lambda o: (-sum(o in g for g in groups),
-                                                        _OP_ORDER.index(o) if o in _OP_ORDER else len(_OP_ORDER), o))
+                                                        op_order.index(o) if o in op_order else len(op_order), o))
         ops.append(best)
         groups = [g for g in groups if best not in g]
     for op, lo, _ in c.op_counts:
         ops += [op] * max(0, lo - ops.count(op) - (op == c.root))
     ts_ops = [o for o in ops if OPS[o].kind == "ts" and o != "delay"]
     if not ts_ops:                       # the horizon's window needs a time-series operator
-        extra = next((o for o in _OP_ORDER if OPS[o].kind == "ts" and o not in c.forbid_ops and o != "delay"
+        extra = next((o for o in op_order if OPS[o].kind == "ts" and o not in c.forbid_ops and o != "delay"
                       and all(o != op or hi > 0 for op, _, hi in c.op_counts)), None)
         if extra is None:
             return ()
@@ -751,15 +763,18 @@ class ContractChecker(PrefixChecker):
 
     def __init__(self, contract: Contract, brief: Mapping[str, Any], catalogue: Catalogue, tolerance: float,
                  limits: Limits | None = None, fields: tuple[str, ...] = DSL_FIELDS,
-                 share: PrefixChecker | None = None, walks: dict[str, tuple[int, Walk]] | None = None) -> None:
+                 share: PrefixChecker | None = None, walks: dict[str, tuple[int, Walk]] | None = None,
+                 variants: int = 1) -> None:
         super().__init__(limits, fields, share=share)
         self.contract, self.brief, self.catalogue, self.tolerance = contract, brief, catalogue, tolerance
+        self.variants = variants         # the witness variants `repairs` draws among (`policy.witness_variants`)
         # text before a whitespace -> (i, the walk before its token i) (`_scan`); a prefix's walk does not
         # depend on the brief, so the checkers of one decoder share theirs (`BriefContracts`)
         self.walks: dict[str, tuple[int, Walk]] = {} if walks is None else walks
         own = idea_witnesses(contract, catalogue.references(str(brief["mechanism"])), self.limits) \
             if "mechanism" in brief else ()
         self.witness_pieces = tuple(f" + {w}" for w in dict.fromkeys([*own, *witnesses(contract, self.limits)]))
+        self._idea_share = len(set(own))            # the mechanism's own witnesses lead `witness_pieces`
         self._parts: dict[str, Contract] | None = None          # `check_contracts`, built when first asked
 
     def continues(self, formula: str) -> bool:
@@ -867,14 +882,20 @@ class ContractChecker(PrefixChecker):
         at the end of `text` counts as written: the piece appended ends it (`-high` then ` + W` has used `high`,
         and W must bring the other field, not two)."""
         body, f = self._facts(text + " ")
+        # the variant drawn for this answer: a hash of what it has written (so answers that differ get
+        # different witnesses, and the same answer the same one: the search and its checks stay repeatable)
+        k = zlib.crc32(body.encode()) % self.variants if self.variants > 1 else 0
+        cut = self._idea_share                       # the idea's witnesses stay ahead of the generic ones
+        own = _rotated(self.witness_pieces[:cut], k) + _rotated(self.witness_pieces[cut:], k)
         if not body.strip():
-            return tuple(w[3:] for w in self.witness_pieces)
+            return tuple(w[3:] for w in own)
         if f is None or not unmet(self.contract, f.ops, f.fields, f.max_window):
             return ()
         # first a witness of what is still missing (`residual`: `ts_corr(` under "exactly one ts_corr" takes
-        # an operand without one), then the brief's own
-        pieces = tuple(dict.fromkeys([*(f" + {w}" for w in built(residual(self.contract, f), self.limits)),
-                                      *self.witness_pieces]))
+        # an operand without one; the drawn variant, then the first), then the brief's own
+        need = residual(self.contract, f)
+        pieces = tuple(dict.fromkeys([*(f" + {w}" for w in built(need, self.limits, k)),
+                                      *(f" + {w}" for w in built(need, self.limits)), *own]))
         if body.rstrip()[-1:] in OPERAND_DUE:     # an operand is due: the witness is it (not ` + W`, a unary plus)
             return tuple(" " + w[3:] for w in pieces)
         if f.ts_open and f.max_window < self.contract.window[0]:
@@ -884,6 +905,14 @@ class ContractChecker(PrefixChecker):
         return pieces
 
 
+def _rotated(items: tuple[str, ...], k: int) -> tuple[str, ...]:
+    """`items` starting at its `k`-th (modulo its length)."""
+    if not items:
+        return items
+    k %= len(items)
+    return items[k:] + items[:k]
+
+
 class BriefContracts:
     """The checker the decoder keeps for each prompt: a catalogue brief's `ContractChecker`, compiled from the
     brief's text (`generate.read_text`) the first time it is asked for, and the grammar's own checker for any
@@ -891,8 +920,9 @@ class BriefContracts:
     brief no formula can meet is a BriefError (`compile_brief`)."""
 
     def __init__(self, catalogue: Catalogue, tolerance: float, limits: Limits | None = None,
-                 fields: tuple[str, ...] = DSL_FIELDS, keep: int = 4096) -> None:
+                 fields: tuple[str, ...] = DSL_FIELDS, keep: int = 4096, variants: int = 1) -> None:
         self.catalogue, self.tolerance, self.fields, self.keep = catalogue, tolerance, fields, keep
+        self.variants = variants
         self.grammar = PrefixChecker(limits, fields)
         self.limits = self.grammar.limits
         self._checkers: dict[str, PrefixChecker] = {}
@@ -907,7 +937,7 @@ class BriefContracts:
             else:
                 contract = compile_brief(brief, self.catalogue, self.tolerance, self.limits)
                 ck = ContractChecker(contract, brief, self.catalogue, self.tolerance, self.limits, self.fields,
-                                     share=self.grammar, walks=self._walks)
+                                     share=self.grammar, walks=self._walks, variants=self.variants)
             if len(self._checkers) >= self.keep:        # a run's briefs are a few hundred; a bound all the same
                 self._checkers.pop(next(iter(self._checkers)))
             self._checkers[text] = ck

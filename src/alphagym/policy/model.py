@@ -91,13 +91,14 @@ class Policy(Sampling, Scoring):
         return path
 
 
-def set_decoding(policy: Policy, decoding: Decoding, limits: LimitsParams, tolerance: float) -> Policy:
+def set_decoding(policy: Policy, decoding: Decoding, limits: LimitsParams, tolerance: float,
+                 witness_variants: int = 1) -> Policy:
     """Brief-constrained, grammar-constrained or free sampling (`policy.decoding`), with the `dsl.limits` the
     verifier applies (so the decoder never allows what the verifier would refuse for its shape). `brief`:
-    a catalogue brief's answers keep its hard checks (`briefs.contract`; `tolerance`: `briefs.horizon_tolerance`),
-    any other prompt the grammar alone."""
-    policy.contracts = BriefContracts(load_catalogue(), tolerance, Limits.from_params(limits)) \
-        if decoding == "brief" else None
+    a catalogue brief's answers keep its hard checks (`briefs.contract`; `tolerance`: `briefs.horizon_tolerance`;
+    `witness_variants`: `policy.witness_variants`), any other prompt the grammar alone."""
+    policy.contracts = BriefContracts(load_catalogue(), tolerance, Limits.from_params(limits),
+                                      variants=witness_variants) if decoding == "brief" else None
     if policy.contracts is not None:
         policy.grammar = policy.contracts.grammar
     else:

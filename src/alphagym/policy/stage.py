@@ -71,7 +71,8 @@ def _evaluate_on_holdout(policy: Policy, holdout: list[dict[str, Any]], verifier
     what the model itself writes, and what the constrained sampler makes of it. Returns (the decoding's stats
     with its decoder counts, the free decoding's stats or None, the decoding's answer rows, the free answer
     rows: the decoding's own when it is free); the policy is left with the configured decoding."""
-    set_decoding(policy, params.policy.decoding, params.dsl.limits, params.briefs.horizon_tolerance)
+    set_decoding(policy, params.policy.decoding, params.dsl.limits, params.briefs.horizon_tolerance,
+                 params.policy.witness_variants)
     idea = IdeaCheck(verifier.panel, cat)        # mechanism fidelity on the train panel the verifier scores on
     stats, rows = evaluate_policy(policy, holdout, verifier, cat, tol, ev.samples, ev.temperature, seed, desc=desc,
                                   idea=idea)
@@ -85,10 +86,12 @@ def _evaluate_on_holdout(policy: Policy, holdout: list[dict[str, Any]], verifier
     policy.decode_stats.clear()
     free, free_rows = None, rows
     if params.policy.decoding != "free":
-        set_decoding(policy, "free", params.dsl.limits, params.briefs.horizon_tolerance)
+        set_decoding(policy, "free", params.dsl.limits, params.briefs.horizon_tolerance,
+                 params.policy.witness_variants)
         free, free_rows = evaluate_policy(policy, holdout, verifier, cat, tol, ev.samples, ev.temperature, seed,
                                           desc=f"{desc} free", idea=idea)
-        set_decoding(policy, params.policy.decoding, params.dsl.limits, params.briefs.horizon_tolerance)
+        set_decoding(policy, params.policy.decoding, params.dsl.limits, params.briefs.horizon_tolerance,
+                 params.policy.witness_variants)
     return stats, free, rows, free_rows
 
 
@@ -135,7 +138,8 @@ def sft(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Stage
     curve = train_sft(policy, list(pairs["brief"]), list(pairs["answer"]), scfg, seed,
                       log=lambda m, s: run.log_metrics({f"sft/{k}": v for k, v in m.items()}, step=s),
                       progress=lambda it: tqdm(it, desc=f"sft {item}", unit="step", mininterval=2))
-    set_decoding(policy, params.policy.decoding, params.dsl.limits, params.briefs.horizon_tolerance)
+    set_decoding(policy, params.policy.decoding, params.dsl.limits, params.briefs.horizon_tolerance,
+                 params.policy.witness_variants)
     part, report["self_distill"] = self_distill(
         policy, pairs, read_briefs(deps["briefs_train"], cat), verifier, cat, tol, scfg,
         params.sft.eval.temperature, seed, first_step=len(curve), desc=f"{item} self-distill",
@@ -182,7 +186,7 @@ def filter_briefs(params: Params, deps: dict[str, Path], outs: dict[str, Path], 
     torch.set_num_threads(params.policy.threads)
     briefs = read_briefs(deps["briefs_train"], cat)
     policy = set_decoding(load_policy(deps["policy"], params.policy.hf.nf4), params.policy.decoding,
-                          params.dsl.limits, params.briefs.horizon_tolerance)
+                          params.dsl.limits, params.briefs.horizon_tolerance, params.policy.witness_variants)
     verifier = _verifier(params, deps["train"])
     tol = params.briefs.horizon_tolerance
     groups = scored_answers(policy, briefs, verifier, cat, tol, cfg.samples, cfg.temperature, seed,

@@ -142,7 +142,8 @@ def load_proposer(params: Params, shipped: Path, sft_folder: Path, checkpoint: P
                               "(run `alphagym sft`)")
         return at_checkpoint(sft_base(sft_folder, params.policy, params.dsl.limits, tol), folder), str(folder)
     policy = load_policy(folder, params.policy.hf.nf4)
-    return set_decoding(policy, params.policy.decoding, params.dsl.limits, tol), str(folder)
+    return set_decoding(policy, params.policy.decoding, params.dsl.limits, tol, params.policy.witness_variants), \
+        str(folder)
 
 
 def _card_row(card: Any, count: int, tau: float) -> dict[str, Any]:

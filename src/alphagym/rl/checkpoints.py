@@ -46,7 +46,7 @@ def sft_base(sft_policy: Path, cfg: PolicyParams, limits: LimitsParams, toleranc
     if policy.has_adapter:
         policy.model = policy.model.merge_and_unload()
     policy.model.eval()
-    return set_decoding(policy, cfg.decoding if decoding is None else decoding, limits, tolerance)
+    return set_decoding(policy, cfg.decoding if decoding is None else decoding, limits, tolerance, cfg.witness_variants)
 
 
 def list_checkpoints(folder: Path) -> list[tuple[int, Path]]:
