@@ -143,3 +143,31 @@ def test_every_stage_runs_on_the_params_it_declares(root, tmp_path):
         assert reads, key
         assert all(any(r == d or r.startswith(d + ".") for d in stage.params) for r in reads), key
         assert all(Path(path).exists() for path in stage.outs.values()), key
+
+
+def _operator_lists(source: str, ops: frozenset[str]) -> list[tuple[int, list[str]]]:
+    """Literal tuples, lists and sets in `source` naming three or more registry operators: an operator subset
+    written outside the registry (its rows' attributes are where such a subset is declared)."""
+    import ast
+
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and len(node.elts) >= 3 and all(
+                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
+            names = [e.value for e in node.elts]
+            if sum(n in ops for n in names) >= 3:
+                out.append((node.lineno, names))
+    return out
+
+
+def test_operator_subsets_are_attributes_of_the_registrys_rows(root):
+    """No module but the registry lists operators: smoothers, signed terms, motif wrappers, parameters and
+    the witness and draw orders are read off `dsl.registry`'s rows. A module that writes such a list is
+    found (the negative control)."""
+    from alphagym.dsl.registry import OPS
+
+    ops = frozenset(OPS)
+    found = {str(p.relative_to(root)): hits for p in sorted((root / "src" / "alphagym").rglob("*.py"))
+             if p != root / "src/alphagym/dsl/registry.py" and (hits := _operator_lists(p.read_text(), ops))}
+    assert not found, found
+    assert _operator_lists('SMOOTHERS = frozenset({"ts_sum", "ts_mean", "ts_ema"})\n', ops)

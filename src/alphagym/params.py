@@ -316,20 +316,6 @@ class HoldoutScore(Section):
     clip: Annotated[float, Field(gt=0)] = Field(description="the holdout score is clipped to [-clip, clip]")
 
 
-# The reward channels, in score-card order (R1, R2, ...): the one list of them. `Priorities` is generated from
-# it, each channel's params block is the `Verifier` field of the same name, and the verifier's functions attach
-# to it by id (`alphagym.verifier.channels.REGISTRY`, which a test keeps in step with it).
-REWARD_CHANNELS: tuple[str, ...] = (
-    "cpcv", "pbo", "jepa_stress", "factor_neutrality", "turnover", "min_turnover", "ic", "novelty_pnl",
-    "novelty_syntax", "motif_guard", "complexity", "format", "crowding", "compliance", "idea", "marginal",
-)
-
-Priorities: type[Section] = create_model(
-    "Priorities", __base__=Section, __doc__="Each reward channel's weight in the combined reward (0: logged, "
-    "not rewarded).",
-    **{c: (NonNeg, Field(description=f"R{i} weight")) for i, c in enumerate(REWARD_CHANNELS, 1)})
-
-
 class Crowding(Section):
     weight: NonNeg = Field(description="R13 = -weight x the family's share elsewhere in the step and recent steps")
     window: Annotated[int, Field(ge=0, le=10_000)] = Field(description="recent steps whose answers count")
@@ -443,28 +429,28 @@ class Marginal(Section):
         description="an answer joins the book only if its train P&L has |corr| below this with every member")
 
 
-class Verifier(Section):
-    book: Book
-    costs: Costs
-    cpcv: Cpcv
-    holdout: HoldoutScore
-    priorities: Priorities
-    pbo: Pbo
-    jepa_stress: JepaStress
-    factor_neutrality: FactorNeutrality
-    turnover: Turnover
-    min_turnover: MinTurnover
-    ic: Ic
-    novelty_pnl: NoveltyPnl
-    novelty_syntax: NoveltySyntax
-    crowding: Crowding
-    motif_guard: MotifGuard
-    complexity: Complexity
-    format: Format
-    workers: Annotated[int, Field(ge=1, le=64)] = Field(description="processes scoring a group's answers")
-    compliance: Compliance
-    idea: Idea
-    marginal: Marginal
+# The reward channels, in score-card order (R1, R2, ...), each with its params block: the one table of them.
+# `REWARD_CHANNELS`, `Priorities` and the `Verifier`'s channel blocks are read off it, and the verifier's
+# functions attach to it by id (`alphagym.verifier.channels.REGISTRY`, checked against it when imported).
+CHANNEL_PARAMS: dict[str, type[Section]] = {
+    "cpcv": Cpcv, "pbo": Pbo, "jepa_stress": JepaStress, "factor_neutrality": FactorNeutrality,
+    "turnover": Turnover, "min_turnover": MinTurnover, "ic": Ic, "novelty_pnl": NoveltyPnl,
+    "novelty_syntax": NoveltySyntax, "motif_guard": MotifGuard, "complexity": Complexity, "format": Format,
+    "crowding": Crowding, "compliance": Compliance, "idea": Idea, "marginal": Marginal,
+}
+REWARD_CHANNELS: tuple[str, ...] = tuple(CHANNEL_PARAMS)
+
+Priorities: type[Section] = create_model(
+    "Priorities", __base__=Section, __doc__="Each reward channel's weight in the combined reward (0: logged, "
+    "not rewarded).",
+    **{c: (NonNeg, Field(description=f"R{i} weight")) for i, c in enumerate(REWARD_CHANNELS, 1)})
+
+Verifier: type[Section] = create_model(
+    "Verifier", __base__=Section, __doc__="The verifier: the book, costs, the holdout score, each reward channel's "
+    "weight (`priorities`) and block (`CHANNEL_PARAMS`).",
+    book=(Book, ...), costs=(Costs, ...), holdout=(HoldoutScore, ...), priorities=(Priorities, ...),
+    workers=(Annotated[int, Field(ge=1, le=64)], Field(description="processes scoring a group's answers")),
+    **{c: (section, ...) for c, section in CHANNEL_PARAMS.items()})
 
 
 # --- world model ------------------------------------------------------------------------------------------

@@ -73,7 +73,7 @@ class CheckSpec(_Strict):
     forbid_fields: list[FieldName] = []
     op_count: OpCount | None = None               # how many times one operator is used
     root: Operator | None = None                  # the outermost operator
-    # a window: no smoother (`compliance.SMOOTHERS`) of a bare price-level field (`panel.PRICE_LEVEL_FIELDS`)
+    # a window: no smoother (`dsl.registry.SMOOTHERS`) of a bare price-level field (`panel.PRICE_LEVEL_FIELDS`)
     # over more sessions than this
     forbid_long_price_sums: int | None = Field(None, ge=1)
     max_ts_nesting: int | None = Field(None, ge=0)    # time-series operators nested at most this deep

@@ -19,10 +19,9 @@ from alphagym.briefs.catalogue import CHECKS, Catalogue
 from alphagym.briefs.idea import IdeaCheck
 from alphagym.dsl.ast import Call, Field, Node, walk
 from alphagym.dsl.canonical import fields_used
-from alphagym.dsl.registry import OPS
+from alphagym.dsl.registry import OPS, SMOOTHERS
 from alphagym.panel import PRICE_LEVEL_FIELDS, Panel
 
-SMOOTHERS = frozenset({"ts_sum", "ts_mean", "ts_decay_linear", "ts_ema"})
 # the probe's and the report's column of each check's pass rate
 CHECK_COLUMNS = {k: f"compliance_{k}" for k in CHECKS}
 

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from alphagym.briefs.catalogue import CHECKS, FIELD_PART, Catalogue
-from alphagym.briefs.compliance import SMOOTHERS, check, max_window, ts_nesting
+from alphagym.briefs.compliance import check, max_window, ts_nesting
 from alphagym.briefs.generate import read_text
 from alphagym.dsl.ast import Call, Field, Node, walk
 from alphagym.dsl.canonical import fields_used
@@ -65,14 +65,13 @@ from alphagym.dsl.prefix import (
     halves_completed,
     last_blank,
 )
-from alphagym.dsl.registry import ALIASES, FIELDS, OPS, ts_transforms
+from alphagym.dsl.registry import ALIASES, FIELDS, OPS, PARAMETERS, SIGNED, SMOOTHERS, WITNESS_ORDER, ts_transforms
 from alphagym.errors import BriefError
 from alphagym.panel import DSL_FIELDS, PRICE_LEVEL_FIELDS
 
 _INFIX = {s.infix: n for n, s in OPS.items() if s.infix}
 _INFIX["?"] = "where"
 _INFIX_OPS = frozenset(_INFIX.values())
-_PARAMETERS = frozenset({"scale", "min", "max"})     # calls whose second argument may be a parameter, not a node
 UNLIMITED = 10**9
 
 
@@ -223,7 +222,7 @@ def scan(tokens: list[Token], text_end: int, resume: tuple[int, Walk] | None = N
             # a literal is a node of its own but where a call reads it as a parameter (a window, scale's
             # target, min's d) or the call is unknown
             window = spec is not None and spec.kind == "ts" and k == spec.arity
-            if op is None or (spec is not None and op not in _PARAMETERS and not window):
+            if op is None or (spec is not None and op not in PARAMETERS and not window):
                 w.nodes += 1
             if window:
                 w.longest = max(w.longest, t.value)
@@ -502,14 +501,11 @@ def witnesses(c: Contract, limits: Limits | None = None, k: int = 4) -> tuple[st
     return out or _witnesses(c, limits, k)
 
 
-# the fields a built witness takes first, and its operators' preference where a group offers several
+# the fields a built witness takes first (its operators: the registry's `WITNESS_ORDER`)
 _FIELD_ORDER = ("close", "returns", "volume", "high", "low", "open", "vwap")
-_OP_ORDER = ("ts_mean", "ts_rank", "ts_corr", "ts_std", "ts_zscore", "ts_delta", "ts_decay_linear", "ts_ema",
-             "ts_sum", "ts_max", "ts_min", "ts_slope", "ts_skew", "ts_kurt", "ts_argmax", "ts_argmin", "ts_cov",
-             "delay", "rank", "sign", "div", "indneutralize")
 
 
-_SIGNED = ("ts_corr", "ts_cov", "ts_slope", "ts_delta", "ts_zscore", "ts_skew")
+
 
 
 def _piece(op: str, f: str, g: str, w: int, s: int) -> str:
@@ -539,11 +535,11 @@ def built(c: Contract, limits: Limits, variant: int = 0) -> tuple[str, ...]:
     if not windows:
         return ()
     w, s = windows[0]
-    field_order, op_order = _FIELD_ORDER, _OP_ORDER
+    field_order, op_order = _FIELD_ORDER, WITNESS_ORDER
     if variant:
         rng = random.Random(variant)
         field_order = tuple(rng.sample(_FIELD_ORDER, len(_FIELD_ORDER)))
-        op_order = tuple(rng.sample(_OP_ORDER, len(_OP_ORDER)))
+        op_order = tuple(rng.sample(WITNESS_ORDER, len(WITNESS_ORDER)))
         mains = [m for m, _ in windows]
         w = rng.randint(min(mains), max(mains))
         s = 5 if w >= 5 else 2                  # `_windows` has no main window below 2
@@ -604,7 +600,7 @@ def built(c: Contract, limits: Limits, variant: int = 0) -> tuple[str, ...]:
         # a wrapper goes around a term whose sign varies (`sign` of a positive average is a constant, which
         # the parser refuses): a relationship or a change first, then any time-series term
         heads = [p.split("(")[0] for p in pieces]
-        targets = sorted(range(len(pieces)), key=lambda i: (heads[i] not in _SIGNED, OPS.get(heads[i]) is None
+        targets = sorted(range(len(pieces)), key=lambda i: (heads[i] not in SIGNED, OPS.get(heads[i]) is None
                                                             or OPS[heads[i]].kind != "ts", i))
         for target in targets[: 1 + len(terms)] if wraps else [0]:
             wrapped = list(pieces)

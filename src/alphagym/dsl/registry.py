@@ -38,6 +38,16 @@ class OpSpec:
     # 'sum' theirs when they agree | 'neg' flipped | '?' unknown
     continuous: bool = False       # continuous in its arguments: continuous inputs give a value that is
     # exactly 0 (or tied) on almost no day (arithmetic, moments), unlike comparisons, ranks, argmax, sign
+    smoother: bool = False         # an average or sum over its window: of a bare price over a long window, a
+    # long price sum (`briefs.compliance`)
+    signed: bool = False           # a relationship or a change, whose sign varies: a built witness wraps
+    # `sign`/`rank` around such a term first (`sign` of a positive average is a constant)
+    motif_wrapper: bool = False    # wraps one time-series motif without making it another (`verifier.channels`)
+    parameter: bool = False        # its second argument may be a literal parameter rather than a node
+    witness_rank: int | None = None  # preference among the operators a built witness may take, lowest first
+    # (`briefs.contract.built`); None: never chosen for a witness
+    draw_rank: int | None = None   # the corpus's draw order of its one-input time-series operators
+    # (`policy.corpus`); None: after the ranked ones
 
 
 def _ew(fn: Callable[..., Array], fill_literals: bool = True) -> Callable[..., Array]:
@@ -96,20 +106,21 @@ _ROWS = [
     OpSpec("add", 2, "elem", "max", _ew(E.add), "a + b", True, "+", sign="sum", continuous=True),
     OpSpec("sub", 2, "elem", "max", _ew(E.sub), "a - b", False, "-", continuous=True),
     OpSpec("mul", 2, "elem", "max", _ew(E.mul), "a * b", True, "*", sign="product", continuous=True),
-    OpSpec("div", 2, "elem", "max", _ew(E.div), "a / b; NaN where b == 0", False, "/", sign="product", continuous=True),
+    OpSpec("div", 2, "elem", "max", _ew(E.div), "a / b; NaN where b == 0", False, "/", sign="product", continuous=True,
+           witness_rank=20),
     OpSpec("pow", 2, "elem", "max", _POWER, "a ^ b (binds tighter than *); NaN if not real", False, "^", sign="even",
            continuous=True),
-    OpSpec("neg", 1, "elem", "max", _ew(E.neg), "-a", sign="neg", continuous=True),
+    OpSpec("neg", 1, "elem", "max", _ew(E.neg), "-a", sign="neg", continuous=True, motif_wrapper=True),
     OpSpec("abs", 1, "elem", "max", _ew(E.absolute), "|x|", sign="abs", continuous=True),
     OpSpec("log", 1, "elem", "max", _ew(E.log), "natural log; NaN where x <= 0", continuous=True),
-    OpSpec("sign", 1, "elem", "max", _ew(E.sign), "-1, 0 or 1"),
+    OpSpec("sign", 1, "elem", "max", _ew(E.sign), "-1, 0 or 1", witness_rank=19, motif_wrapper=True),
     OpSpec("sqrt", 1, "elem", "max", _ew(E.sqrt), "square root; NaN where x < 0", sign="even", continuous=True),
     OpSpec("power", 2, "elem", "max", _POWER, "x ^ a", sign="even", continuous=True),
     OpSpec("signedpower", 2, "elem", "max", _SIGNEDPOWER, "sign(x) * |x| ^ a", sign="same", continuous=True),
     OpSpec("min", 2, "elem", "max", _ew(E.minimum), "element-wise minimum (min(x, literal) is ts_min)", True,
-           sign="sum"),
+           sign="sum", parameter=True),
     OpSpec("max", 2, "elem", "max", _ew(E.maximum), "element-wise maximum (max(x, literal) is ts_max)", True,
-           sign="sum"),
+           sign="sum", parameter=True),
     OpSpec("lt", 2, "elem", "max", _ew(E.lt), "1 if a < b else 0", False, "<", sign="nonneg"),
     OpSpec("le", 2, "elem", "max", _ew(E.le), "1 if a <= b else 0", False, "<=", sign="nonneg"),
     OpSpec("gt", 2, "elem", "max", _ew(E.gt), "1 if a > b else 0", False, ">", sign="nonneg"),
@@ -121,46 +132,53 @@ _ROWS = [
     OpSpec("where", 3, "elem", "max", _ew(E.where), "c ? a : b (NaN where c is NaN)"),
     # cross-sectional
     OpSpec("rank", 1, "cs", "max", lambda a, w, p, c: K.cs_rank(a[0]),
-           "(average rank - 1) / (n - 1) over stocks with a value, ties averaged", sign="nonneg"),
+           "(average rank - 1) / (n - 1) over stocks with a value, ties averaged", sign="nonneg",
+           witness_rank=18, motif_wrapper=True),
     OpSpec("scale", 1, "cs", "max", _scale, "x * a / sum(|x|) (a = 1 by default); 0 where the sum is 0",
-           continuous=True),
-    OpSpec("indneutralize", 1, "cs", "max", _indneutralize, "x minus its group (sector) mean", continuous=True),
+           continuous=True, motif_wrapper=True, parameter=True),
+    OpSpec("indneutralize", 1, "cs", "max", _indneutralize, "x minus its group (sector) mean", continuous=True,
+           witness_rank=21),
     # time series (window d counted in sessions, today included)
-    OpSpec("delay", 1, "ts", "shift", _delay, "x[t - d]", sign="same", continuous=True),
-    OpSpec("ts_delta", 1, "ts", "shift", _delta, "x[t] - x[t - d]", continuous=True),
+    OpSpec("delay", 1, "ts", "shift", _delay, "x[t - d]", sign="same", continuous=True, witness_rank=17),
+    OpSpec("ts_delta", 1, "ts", "shift", _delta, "x[t] - x[t - d]", continuous=True,
+           witness_rank=5, draw_rank=4, signed=True),
     OpSpec("ts_sum", 1, "ts", "window", _ts(K.ts_moments, K.K_SUM), "sum of the last d values", sign="same",
-           continuous=True),
+           continuous=True, witness_rank=8, draw_rank=14, smoother=True),
     OpSpec("ts_mean", 1, "ts", "window", _ts(K.ts_moments, K.K_MEAN), "mean of the last d values", sign="same",
-           continuous=True),
+           continuous=True, witness_rank=0, draw_rank=0, smoother=True),
     OpSpec("ts_std", 1, "ts", "window", _ts(K.ts_moments, K.K_STD), "population std (ddof 0)", sign="spread",
-           continuous=True),
+           continuous=True, witness_rank=3, draw_rank=1),
     OpSpec("ts_zscore", 1, "ts", "window", _ts(K.ts_moments, K.K_ZSCORE), "(x - mean) / std; NaN if constant",
-           continuous=True),
+           continuous=True, witness_rank=4, draw_rank=2, signed=True),
     OpSpec("ts_corr", 2, "ts", "window", _ts(K.ts_moments, K.K_CORR, True),
-           "Pearson correlation; NaN over a constant window", True, continuous=True),
+           "Pearson correlation; NaN over a constant window", True, continuous=True, witness_rank=2, signed=True),
     OpSpec("ts_cov", 2, "ts", "window", _ts(K.ts_moments, K.K_COV, True), "population covariance", True,
-           continuous=True),
+           continuous=True, witness_rank=16, signed=True),
     OpSpec("ts_max", 1, "ts", "window", _ts(K.ts_extreme, K.K_MAX), "max of the last d values", sign="same",
-           continuous=True),
+           continuous=True, witness_rank=9, draw_rank=5),
     OpSpec("ts_min", 1, "ts", "window", _ts(K.ts_extreme, K.K_MIN), "min of the last d values", sign="same",
-           continuous=True),
+           continuous=True, witness_rank=10, draw_rank=6),
     OpSpec("ts_argmax", 1, "ts", "window", _ts(K.ts_extreme, K.K_ARGMAX),
-           "sessions since the max (0 = today, ties to the most recent)", sign="nonneg"),
+           "sessions since the max (0 = today, ties to the most recent)", sign="nonneg", witness_rank=14, draw_rank=7),
     OpSpec("ts_argmin", 1, "ts", "window", _ts(K.ts_extreme, K.K_ARGMIN),
-           "sessions since the min (0 = today, ties to the most recent)", sign="nonneg"),
+           "sessions since the min (0 = today, ties to the most recent)", sign="nonneg", witness_rank=15, draw_rank=8),
     OpSpec("ts_rank", 1, "ts", "window", _ts(K.ts_window_scan, K.K_RANK),
-           "share of the other d-1 values strictly below today's, ties 1/2, in [0, 1]", sign="nonneg"),
+           "share of the other d-1 values strictly below today's, ties 1/2, in [0, 1]", sign="nonneg",
+           witness_rank=1, draw_rank=3),
     OpSpec("ts_product", 1, "ts", "window", _ts(K.ts_window_scan, K.K_PRODUCT), "product of the last d values",
            sign="even", continuous=True),
-    OpSpec("ts_skew", 1, "ts", "window", _ts(K.ts_window_scan, K.K_SKEW), "population skewness", continuous=True),
+    OpSpec("ts_skew", 1, "ts", "window", _ts(K.ts_window_scan, K.K_SKEW), "population skewness", continuous=True,
+           witness_rank=12, draw_rank=11, signed=True),
     OpSpec("ts_kurt", 1, "ts", "window", _ts(K.ts_window_scan, K.K_KURT), "population excess kurtosis",
-           continuous=True),
+           continuous=True, witness_rank=13, draw_rank=12),
     OpSpec("ts_decay_linear", 1, "ts", "window", _ts(K.ts_weighted, K.K_DECAY),
-           "weights d, d-1, ..., 1 (today d), normalised", sign="same", continuous=True),
+           "weights d, d-1, ..., 1 (today d), normalised", sign="same", continuous=True,
+           witness_rank=6, draw_rank=9, smoother=True),
     OpSpec("ts_ema", 1, "ts", "window", _ts(K.ts_weighted, K.K_EMA),
-           "weights (1-a)^k over the last d values, a = 2/(d+1), normalised", sign="same", continuous=True),
+           "weights (1-a)^k over the last d values, a = 2/(d+1), normalised", sign="same", continuous=True,
+           witness_rank=7, draw_rank=10, smoother=True),
     OpSpec("ts_slope", 1, "ts", "window", _ts(K.ts_weighted, K.K_SLOPE), "OLS slope on 0..d-1 (per session)",
-           continuous=True),
+           continuous=True, witness_rank=11, draw_rank=13, signed=True),
 ]
 
 OPS: dict[str, OpSpec] = {row.name: row for row in _ROWS}
@@ -176,6 +194,21 @@ ALIASES = {
 FIELDS = (*DSL_FIELDS, "cap")    # cap: market capitalisation, read when a panel carries it
 POSITIVE_FIELDS = frozenset(FIELDS) - {"returns"}     # prices, volume, vwap, cap: above 0 on every real day
 GROUPS = ("sector", "industry", "subindustry")
+
+
+# the subsets read off the rows' attributes
+SMOOTHERS = frozenset(n for n, s in OPS.items() if s.smoother)
+SIGNED = frozenset(n for n, s in OPS.items() if s.signed)
+MOTIF_WRAPPERS = frozenset(n for n, s in OPS.items() if s.motif_wrapper)
+PARAMETERS = frozenset(n for n, s in OPS.items() if s.parameter)
+WITNESS_ORDER = tuple(sorted((n for n, s in OPS.items() if s.witness_rank is not None),
+                             key=lambda n: OPS[n].witness_rank))
+
+
+def draw_order(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """`names` in the corpus's draw order (`draw_rank`; unranked ones last, in the order given)."""
+    last = len(OPS)
+    return tuple(sorted(names, key=lambda n: OPS[n].draw_rank if OPS[n].draw_rank is not None else last))
 
 
 def ts_transforms(arity: int) -> tuple[str, ...]:

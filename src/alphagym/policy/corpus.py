@@ -46,7 +46,7 @@ from alphagym.dsl.canonical import canonical
 from alphagym.dsl.errors import DslError
 from alphagym.dsl.parser import Limits, parse
 from alphagym.dsl.printer import plain
-from alphagym.dsl.registry import ts_transforms
+from alphagym.dsl.registry import draw_order, ts_transforms
 from alphagym.errors import ConfigError
 from alphagym.panel import DSL_FIELDS
 from alphagym.params import Corpus
@@ -56,12 +56,9 @@ BASES = ["returns", "volume", "close", "vwap", "high - low", "(close - open) / (
          "volume / ts_mean(volume, {w})", "ts_delta(log(close), {s})", "abs(returns)", "high / low"]
 # The time-series operators the sampler wraps a base in: the registry's (`ts_transforms`), less ts_product
 # (over a window, a product of most bases overflows or vanishes). The draws are seeded, so the order of TS1
-# is part of the corpus: _DRAW_ORDER keeps the order every corpus so far was drawn in, and an operator the
-# registry gains is drawn after those.
-_DRAW_ORDER = ("ts_mean", "ts_std", "ts_zscore", "ts_rank", "ts_delta", "ts_max", "ts_min", "ts_argmax",
-               "ts_argmin", "ts_decay_linear", "ts_ema", "ts_skew", "ts_kurt", "ts_slope", "ts_sum")
-TS1 = tuple(sorted((op for op in ts_transforms(1) if op != "ts_product"),
-                   key=lambda op: _DRAW_ORDER.index(op) if op in _DRAW_ORDER else len(_DRAW_ORDER)))
+# is part of the corpus: the registry's `draw_rank` keeps the order every corpus so far was drawn in, and an
+# operator the registry gains is drawn after those.
+TS1 = draw_order([op for op in ts_transforms(1) if op != "ts_product"])
 TS2 = ts_transforms(2)
 WRAP = ["rank({x})", "-rank({x})", "sign({x})", "-sign({x})", "rank(indneutralize({x}))", "scale({x})", "{x}"]
 COMBINE = ["{a} / {b}", "{a} - {b}", "rank({a}) - rank({b})", "rank({a}) * rank({b})", "{a} * {b}"]

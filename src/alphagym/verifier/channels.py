@@ -21,7 +21,7 @@ from typing import Any, Literal
 import numpy as np
 
 from alphagym.dsl.ast import Call, Field, Node, Num
-from alphagym.dsl.registry import OPS
+from alphagym.dsl.registry import MOTIF_WRAPPERS, OPS
 from alphagym.params import (
     REWARD_CHANNELS,
     Complexity,
@@ -179,14 +179,13 @@ def format_bonus(s: AnswerStats, cfg: Format) -> float:
     return cfg.reasoning_bonus if s.reasoning else 0.0
 
 
-_WRAPPERS = {"rank", "scale", "sign", "neg"}
 
 
 def is_bare_motif(node: Node) -> bool:
     """One time-series operator on one field, optionally wrapped in rank/scale/sign/negation
     (negation written as unary minus or as a product with a literal, as the paper does)."""
     while isinstance(node, Call):
-        if node.op in _WRAPPERS:
+        if node.op in MOTIF_WRAPPERS:
             node = node.args[0]
         elif node.op == "mul" and any(isinstance(a, Num) for a in node.args):
             node = next(a for a in node.args if not isinstance(a, Num))
