@@ -171,3 +171,28 @@ def test_operator_subsets_are_attributes_of_the_registrys_rows(root):
              if p != root / "src/alphagym/dsl/registry.py" and (hits := _operator_lists(p.read_text(), ops))}
     assert not found, found
     assert _operator_lists('SMOOTHERS = frozenset({"ts_sum", "ts_mean", "ts_ema"})\n', ops)
+
+
+def _bare_columns(source: str, names: frozenset[str]) -> list[tuple[int, str]]:
+    """String literals in `source` that are exactly one of the probe table's column names."""
+    import io
+    import tokenize
+
+    return [(t.start[0], t.string) for t in tokenize.generate_tokens(io.StringIO(source).readline)
+            if t.type == tokenize.STRING and t.string[:1] in "\"'" and t.string[1:-1] in names]
+
+
+def test_the_probe_tables_columns_are_named_once(root):
+    """The probe, the books and the report name the probe table's columns through `books.columns`, never as
+    bare strings; a module that writes one bare is found (the negative control). A selector's name is a
+    params value (`probe.selector: train_cpcv`), not a column, and may be written as one."""
+    from alphagym.books import columns
+    from alphagym.books.ship import SELECTORS
+
+    names = frozenset(v for k, v in vars(columns).items() if k.isupper() and k != "STEP") - set(SELECTORS)
+    src = root / "src" / "alphagym"
+    files = [p for d in ("probe", "books", "report") for p in sorted((src / d).glob("*.py"))]
+    found = {str(p.relative_to(root)): hits for p in files
+             if p.name != "columns.py" and (hits := _bare_columns(p.read_text(), names))}
+    assert not found, found
+    assert _bare_columns('best = table["holdout_score"].max()\n', names)

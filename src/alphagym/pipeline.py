@@ -233,7 +233,7 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
               ("seed", "verifier.priorities", "verifier.jepa_stress", "worldmodel", "rl", "books", "policy.decoding",
                "probe.reading_samples", "probe.selector"),
               ("src/alphagym/report", "src/alphagym/rl/plots.py", RUNGS_CODE, "src/alphagym/plotting.py",
-               "src/alphagym/books/ship.py", "src/alphagym/books/metrics.py",
+               "src/alphagym/books/ship.py", "src/alphagym/books/metrics.py", "src/alphagym/books/columns.py",
                "src/alphagym/briefs", "src/alphagym/verifier/channels.py", *engine),
               metrics=("summary",), directories=("figures", "adapter"), gather=RUNGS,
               help="the ladder report: tables, plots, JSON export, verified pairs and the shipped adapter"),

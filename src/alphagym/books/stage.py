@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from alphagym.artifacts import read_json, read_parquet, write_parquet
+from alphagym.books import columns as C
 from alphagym.books.metrics import book_metrics, capped_selection, capped_stream
 from alphagym.errors import ArtifactError, DataError
 from alphagym.panel import Panel
@@ -64,9 +65,9 @@ def books(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
         if not (tc.valid and hc.valid):
             continue
         rows.append({"formula": r.formula, "canonical": r.canonical, "brief": r.brief, "count": int(counts[r.formula]),
-                     "train_cpcv": tc.channels["cpcv"], "train_turnover": tc.metrics["turnover"],
-                     "holdout_score": hc.metrics["holdout_score"], "holdout_sharpe": hc.metrics["sharpe_net"],
-                     "holdout_return": float(np.prod(1 + hc.pnl) - 1), "holdout_turnover": hc.metrics["turnover"]})
+                     C.TRAIN_CPCV: tc.channels["cpcv"], C.TRAIN_TURNOVER: tc.metrics["turnover"],
+                     C.HOLDOUT_SCORE: hc.metrics[C.HOLDOUT_SCORE], C.HOLDOUT_SHARPE: hc.metrics["sharpe_net"],
+                     C.HOLDOUT_RETURN: float(np.prod(1 + hc.pnl) - 1), C.HOLDOUT_TURNOVER: hc.metrics["turnover"]})
         train_pnl.append(tc.pnl)
         hold_pnl.append(hc.pnl)
     market = holdout_v.market[holdout_v.rows]
@@ -79,13 +80,13 @@ def books(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
         out["note"] = f"no answer of checkpoint {step} is valid on both windows: no book"
     else:
         pnl_t, pnl_h = np.stack(train_pnl), np.stack(hold_pnl)
-        pick = capped_selection([r["train_cpcv"] for r in rows], [r["train_turnover"] for r in rows], pnl_t,
+        pick = capped_selection([r[C.TRAIN_CPCV] for r in rows], [r[C.TRAIN_TURNOVER] for r in rows], pnl_t,
                                 cfg.min_turnover, cfg.max_corr)
         weights = np.array([r["count"] for r in rows])
         out["equal_weight"] = book_metrics(np.repeat(pnl_h, weights, axis=0), market, cfg.down_day)
         out["capped"] = book_metrics(pnl_h[pick], market, cfg.down_day) if pick else None
         out["capped_members"] = [rows[i]["canonical"] for i in pick]
-        paid = [i for i, r in enumerate(rows) if r["train_cpcv"] > 0]
+        paid = [i for i, r in enumerate(rows) if r[C.TRAIN_CPCV] > 0]
         out["positive"] = (book_metrics(np.repeat(pnl_h[paid], weights[paid], axis=0), market, cfg.down_day)
                            if paid else None)
         daily["equal_weight"] = np.average(pnl_h, axis=0, weights=weights)
@@ -93,7 +94,7 @@ def books(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
         daily["positive"] = np.average(pnl_h[paid], axis=0, weights=weights[paid]) if paid else np.nan
     pool = _written(deps["checkpoints"])
     names = sorted(pool)
-    cands = [(float(pool[f]["train_cpcv"]), float(pool[f]["train_turnover"])) for f in names]
+    cands = [(float(pool[f][C.TRAIN_CPCV]), float(pool[f][C.TRAIN_TURNOVER])) for f in names]
 
     def train_pnl(i: int) -> np.ndarray | None:
         card = train_v.score_one(names[i])
@@ -115,7 +116,7 @@ def books(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
             run.log_metrics({f"books/{name}/{k}": float(v) for k, v in out[name].items()})
     run.set_tag("rung", item)
     ew = out["equal_weight"] or {}
-    return {"rung": item, "shipped_step": step, "answers": len(rows), "holdout_return": ew.get("return"),
+    return {"rung": item, "shipped_step": step, "answers": len(rows), C.HOLDOUT_RETURN: ew.get("return"),
             "beta": ew.get("beta")}
 
 

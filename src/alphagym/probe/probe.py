@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from alphagym.books import columns as C
 from alphagym.books.metrics import (
     beta_corr,
     bootstrap_interval,
@@ -67,8 +68,8 @@ def answer_rows(step: int, briefs: Sequence[Mapping[str, Any]], answers: Sequenc
                      "compliance": float(c.metrics.get("compliance", 0.0)),
                      "compliant": bool(c.metrics.get("compliant", 0.0)),
                      **{col: float(c.metrics.get(f"compliance/{k}", 0.0)) for k, col in CHECK_COLUMNS.items()},
-                     "train_cpcv": float(c.channels["cpcv"]),
-                     "train_turnover": float(c.metrics.get("turnover", np.nan)) if c.valid else np.nan,
+                     C.TRAIN_CPCV: float(c.channels["cpcv"]),
+                     C.TRAIN_TURNOVER: float(c.metrics.get("turnover", np.nan)) if c.valid else np.nan,
                      "train_sharpe": float(c.metrics.get("sharpe_net", np.nan)) if c.valid else np.nan,
                      **({"idea_fidelity": fidelity} if idea is not None else {})})
     return rows, pnls
@@ -111,15 +112,15 @@ def sampled_holdout(rows: Sequence[Mapping[str, Any]], holdout: Verifier) -> pd.
                 if f not in cache:
                     cache[f] = holdout.score_one(f)
                 if cache[f].valid:
-                    scores.append(float(cache[f].metrics["holdout_score"]))
+                    scores.append(float(cache[f].metrics[C.HOLDOUT_SCORE]))
             means.append(float(np.mean(scores)) if scores else np.nan)
             variances.append(float(np.var(scores, ddof=1)) if len(scores) > 1 else np.nan)
         m = np.asarray(means)
         low, high = bootstrap_interval(lambda k, b, x=m: _nanmean(x[b]), 1, len(m)) if len(m) else (np.nan, np.nan)
         var = np.asarray(variances)
-        out.append({"step": int(step), "holdout_score_sampled": _nanmean(m), "holdout_score_sampled_low": low,
-                    "holdout_score_sampled_high": high,
-                    "holdout_answer_sd": float(np.sqrt(np.nanmean(var) / len(m))) if np.isfinite(var).any()
+        out.append({"step": int(step), C.HOLDOUT_SCORE_SAMPLED: _nanmean(m), C.HOLDOUT_SCORE_SAMPLED_LOW: low,
+                    C.HOLDOUT_SCORE_SAMPLED_HIGH: high,
+                    C.HOLDOUT_ANSWER_SD: float(np.sqrt(np.nanmean(var) / len(m))) if np.isfinite(var).any()
                     else np.nan})
     return pd.DataFrame(out)
 
@@ -188,15 +189,15 @@ def coverage(answer_pnls: Sequence[np.ndarray], effects: Mapping[str, tuple[str,
     """How many planted edges the answers express, and how many answers sit on a decoy or a trap.
     `effects`: name -> (kind: edge, decoy or trap; the planted formula's holdout P&L)."""
     edges = [n for n, (k, _) in effects.items() if k == "edge"]
-    out = {"planted_edges": len(edges), "planted_edges_expressed": 0, "decoy_trap_answers": 0}
+    out = {C.PLANTED_EDGES: len(edges), C.PLANTED_EDGES_EXPRESSED: 0, C.DECOY_TRAP_ANSWERS: 0}
     if not answer_pnls or not effects:
         return out
     names = list(effects)
     z_a, z_e = _standardised(answer_pnls), _standardised([effects[n][1] for n in names])
     c = np.abs(z_a @ z_e.T) >= threshold                     # answers x effects
-    out["planted_edges_expressed"] = int(sum(c[:, names.index(n)].any() for n in edges))
+    out[C.PLANTED_EDGES_EXPRESSED] = int(sum(c[:, names.index(n)].any() for n in edges))
     bad = [j for j, n in enumerate(names) if effects[n][0] != "edge"]
-    out["decoy_trap_answers"] = int(c[:, bad].any(axis=1).sum()) if bad else 0
+    out[C.DECOY_TRAP_ANSWERS] = int(c[:, bad].any(axis=1).sum()) if bad else 0
     return out
 
 
@@ -209,21 +210,21 @@ def train_table(answers: pd.DataFrame, pnls: Sequence[np.ndarray | None], tau: f
     g = answers.groupby("step", sort=True)
 
     def fams(d: pd.DataFrame, positive: bool = False) -> int:
-        keep = d["valid"].to_numpy(bool) & ((d["train_cpcv"].to_numpy(float) > 0) if positive else True)
+        keep = d["valid"].to_numpy(bool) & ((d[C.TRAIN_CPCV].to_numpy(float) > 0) if positive else True)
         ok = d.index[keep]
         return families(list(d.loc[ok, "canonical"]), [pnls[i] for i in ok])
 
     return pd.DataFrame({
-        "train_cpcv": g["train_cpcv"].mean(),
+        C.TRAIN_CPCV: g[C.TRAIN_CPCV].mean(),
         "valid": g["valid"].sum().astype(int),
         "answers": g.size(),
-        "families": g.apply(fams, include_groups=False).astype(int),
-        "families_positive": g.apply(fams, True, include_groups=False).astype(int),
+        C.FAMILIES: g.apply(fams, include_groups=False).astype(int),
+        C.FAMILIES_POSITIVE: g.apply(fams, True, include_groups=False).astype(int),
         "compliance": g["compliance"].mean(),
         "compliant_share": g["compliant"].mean(),
         **{col: g[col].mean() for col in CHECK_COLUMNS.values()},
         # the share of valid answers whose signal follows their brief's mechanism (`briefs.idea`)
-        **({"compliance_idea": g.apply(lambda d: float((d.loc[d["valid"], "idea_fidelity"] >= tau).mean())
+        **({C.COMPLIANCE_IDEA: g.apply(lambda d: float((d.loc[d["valid"], "idea_fidelity"] >= tau).mean())
                                         if d["valid"].any() else np.nan, include_groups=False)}
            if tau is not None and "idea_fidelity" in answers else {}),
     }).reset_index()
@@ -239,12 +240,12 @@ def train_book_table(answers: pd.DataFrame, pnls: Sequence[np.ndarray | None], m
     for step, d in answers.groupby("step", sort=True):
         ok = [i for i in d.index if bool(answers["valid"].iat[i]) and pnls[i] is not None]
         train = np.asarray([pnls[i] for i in ok]) if ok else np.zeros((0, 0))
-        chosen = capped_selection([answers["train_cpcv"].iat[i] for i in ok],
-                                  [answers["train_turnover"].iat[i] for i in ok], train, min_turnover,
+        chosen = capped_selection([answers[C.TRAIN_CPCV].iat[i] for i in ok],
+                                  [answers[C.TRAIN_TURNOVER].iat[i] for i in ok], train, min_turnover,
                                   max_corr) if ok else []
         rows.append({"step": int(step),
-                     "train_capped_sharpe": sharpe(train[chosen].mean(axis=0)) if len(chosen) else 0.0,
-                     "train_effective_bets": effective_bets(train) if ok else 0.0})
+                     C.TRAIN_CAPPED_SHARPE: sharpe(train[chosen].mean(axis=0)) if len(chosen) else 0.0,
+                     C.TRAIN_EFFECTIVE_BETS: effective_bets(train) if ok else 0.0})
     return pd.DataFrame(rows)
 
 
@@ -254,8 +255,8 @@ def holdout_phase(answers: pd.DataFrame, holdout: Verifier, progress: Callable[[
     holdout costs) over the answers valid on both windows, and each of those answers' holdout P&L by its
     row position in `answers`."""
     cache: dict[str, Any] = {}
-    cols: dict[str, list[float]] = {k: [] for k in ("holdout_score", "holdout_sharpe", "holdout_return",
-                                                     "holdout_turnover")}
+    cols: dict[str, list[float]] = {k: [] for k in (C.HOLDOUT_SCORE, C.HOLDOUT_SHARPE, C.HOLDOUT_RETURN,
+                                                     C.HOLDOUT_TURNOVER)}
     valid_h: list[bool] = []
     pnl: dict[int, list[np.ndarray]] = {}
     by_row: dict[int, np.ndarray] = {}
@@ -267,10 +268,10 @@ def holdout_phase(answers: pd.DataFrame, holdout: Verifier, progress: Callable[[
             card = cache[row.formula]
         ok = card is not None and card.valid
         valid_h.append(ok)
-        cols["holdout_score"].append(card.metrics["holdout_score"] if ok else np.nan)
-        cols["holdout_sharpe"].append(card.metrics["sharpe_net"] if ok else np.nan)
-        cols["holdout_return"].append(total_return(card.pnl) if ok else np.nan)
-        cols["holdout_turnover"].append(card.metrics["turnover"] if ok else np.nan)
+        cols[C.HOLDOUT_SCORE].append(card.metrics[C.HOLDOUT_SCORE] if ok else np.nan)
+        cols[C.HOLDOUT_SHARPE].append(card.metrics["sharpe_net"] if ok else np.nan)
+        cols[C.HOLDOUT_RETURN].append(total_return(card.pnl) if ok else np.nan)
+        cols[C.HOLDOUT_TURNOVER].append(card.metrics["turnover"] if ok else np.nan)
         if ok:
             pnl.setdefault(int(row.step), []).append(card.pnl)
             by_row[i] = card.pnl
@@ -299,23 +300,23 @@ def holdout_table(answers: pd.DataFrame, books: Mapping[int, np.ndarray], market
         both = [i for i in d.index if i in holdout_pnls]          # row positions: `answers` has a range index
         held = [holdout_pnls[i] for i in both]
         chosen = [both[k] for k in capped_selection(
-            [answers["train_cpcv"].iat[i] for i in both], [answers["train_turnover"].iat[i] for i in both],
+            [answers[C.TRAIN_CPCV].iat[i] for i in both], [answers[C.TRAIN_TURNOVER].iat[i] for i in both],
             np.asarray([train_pnls[i] for i in both]), min_turnover, max_corr)] if both else []
         capped = [holdout_pnls[i] for i in chosen]
-        scores = d["holdout_score"].to_numpy(dtype=float)
+        scores = d[C.HOLDOUT_SCORE].to_numpy(dtype=float)
         # the holdout score's 95% interval from a bootstrap over the briefs (one greedy answer each)
         low, high = bootstrap_interval(lambda k, b, x=scores: _nanmean(x[b]), 1, len(scores)) if len(scores) \
             else (np.nan, np.nan)
-        rows.append({"step": int(step), "holdout_score": float(d["holdout_score"].mean()),
-                     "holdout_score_low": low, "holdout_score_high": high,
-                     "holdout_valid": int(d["holdout_valid"].sum()),
-                     "holdout_book_return": total_return(book) if book is not None else np.nan,
-                     "holdout_book_sharpe": sharpe(book) if book is not None else np.nan,
-                     "holdout_book_beta": beta,
-                     "holdout_mean_abs_corr": mean_abs_corr(held),
-                     "holdout_effective_bets": effective_bets(np.asarray(held)) if held else 0.0,
-                     "capped_answers": len(capped),
-                     "capped_holdout_sharpe": sharpe(np.mean(capped, axis=0)) if capped else np.nan,
-                     "capped_effective_bets": effective_bets(np.asarray(capped)) if capped else 0.0,
+        rows.append({"step": int(step), C.HOLDOUT_SCORE: float(d[C.HOLDOUT_SCORE].mean()),
+                     C.HOLDOUT_SCORE_LOW: low, C.HOLDOUT_SCORE_HIGH: high,
+                     C.HOLDOUT_VALID: int(d[C.HOLDOUT_VALID].sum()),
+                     C.HOLDOUT_BOOK_RETURN: total_return(book) if book is not None else np.nan,
+                     C.HOLDOUT_BOOK_SHARPE: sharpe(book) if book is not None else np.nan,
+                     C.HOLDOUT_BOOK_BETA: beta,
+                     C.HOLDOUT_MEAN_ABS_CORR: mean_abs_corr(held),
+                     C.HOLDOUT_EFFECTIVE_BETS: effective_bets(np.asarray(held)) if held else 0.0,
+                     C.CAPPED_ANSWERS: len(capped),
+                     C.CAPPED_HOLDOUT_SHARPE: sharpe(np.mean(capped, axis=0)) if capped else np.nan,
+                     C.CAPPED_EFFECTIVE_BETS: effective_bets(np.asarray(capped)) if capped else 0.0,
                      **(coverage(held, effects) if effects is not None else {})})
     return pd.DataFrame(rows)

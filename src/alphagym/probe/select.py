@@ -12,7 +12,7 @@ import pandas as pd
 from alphagym.books.ship import SELECTORS, choose
 from alphagym.errors import ConfigError
 
-SELECTOR = "train_cpcv"
+SELECTOR = "train_cpcv"       # a selector's name (`books.ship.SELECTORS`), not a column
 
 
 def select_checkpoint(train_table: pd.DataFrame, selector: str = SELECTOR) -> int:

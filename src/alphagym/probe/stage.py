@@ -16,6 +16,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from alphagym.artifacts import read_json, write_parquet
+from alphagym.books import columns as C
 from alphagym.briefs.catalogue import CHECKS, load_catalogue
 from alphagym.briefs.generate import read_briefs
 from alphagym.briefs.idea import IdeaCheck
@@ -91,8 +92,8 @@ def probe(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
     for col in READING_COLUMNS if reading else ():
         train[f"reading_{col}"] = train["step"].map({s: r[col] for s, r in reading.items()})
     if k:
-        train["pass_at_k"] = train["step"].map(passes)
-        train["sampled_families"] = train["step"].map(spread)
+        train[C.PASS_AT_K] = train["step"].map(passes)
+        train[C.SAMPLED_FAMILIES] = train["step"].map(spread)
     caps = params.books
     train = train.merge(train_book_table(answers, train_pnls, caps.min_turnover, caps.max_corr),
                         on="step")
@@ -129,12 +130,12 @@ def probe(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
                "holdout_briefs": len(briefs)}
     outs["summary"].write_text(json.dumps(summary, indent=1))
     run.log_artifact(outs["summary"])
-    return {"rung": item, "shipped_step": shipped, "shipped_train_cpcv": summary["shipped"]["train_cpcv"],
-            "shipped_holdout_score": summary["shipped"]["holdout_score"]}
+    return {"rung": item, "shipped_step": shipped, "shipped_train_cpcv": summary["shipped"][C.TRAIN_CPCV],
+            "shipped_holdout_score": summary["shipped"][C.HOLDOUT_SCORE]}
 
 
 # the greedy answers whose brief requirement the decoder wrote, and of those, the ones lacking each check's
-LACKING_COLUMNS = ("forced_lacking", *(f"forced_lacking_{k}" for k in CHECKS))
+LACKING_COLUMNS = (C.FORCED_LACKING, *(f"forced_lacking_{k}" for k in CHECKS))
 # the reading measure's columns in the checkpoint table, each as `reading_<name>`
 READING_COLUMNS = ("parse", "own_checks", "own_all", *(f"{p}_{k}" for p in ("own", "gap") for k in CHECKS))
 

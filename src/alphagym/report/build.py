@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from alphagym.artifacts import read_json, read_jsonl, read_parquet
+from alphagym.books import columns as C
 from alphagym.books.metrics import bootstrap_interval
 from alphagym.books.ship import SELECTORS, choose
 from alphagym.briefs.compliance import CHECK_COLUMNS as _CHECK_COLUMNS
@@ -85,7 +86,7 @@ def _is_int(v: Any) -> bool:
 BOOK_KEYS = ("answers", "return", "sharpe", "max_drawdown", "beta", "market_corr", "book_mean_on_down_days",
              "mean_pairwise_corr", "effective_bets")
 MARKET_KEYS = ("market_return", "market_sharpe", "market_max_drawdown", "market_mean_on_down_days", "down_days")
-ANSWER_KEYS = ("count", "train_cpcv", "train_turnover", "holdout_score", "holdout_sharpe", "holdout_return")
+ANSWER_KEYS = ("count", C.TRAIN_CPCV, C.TRAIN_TURNOVER, C.HOLDOUT_SCORE, C.HOLDOUT_SHARPE, C.HOLDOUT_RETURN)
 
 
 def check_books(path: str | Path, books: dict[str, Any], item: str) -> dict[str, Any]:
@@ -147,13 +148,13 @@ def read_training_log(path: str | Path, steps: int) -> list[dict[str, Any]]:
 
 # the shipped checkpoint's bet columns (probe table) that the ladder rows and the seed spread carry;
 # planted-edge coverage exists on the simulator only
-BET_COLUMNS = ("families", "families_positive", "holdout_effective_bets", "capped_effective_bets",
-               "compliance", "compliant_share", "planted_edges_expressed", "decoy_trap_answers",
-               "holdout_mean_abs_corr")
+BET_COLUMNS = (C.FAMILIES, C.FAMILIES_POSITIVE, C.HOLDOUT_EFFECTIVE_BETS, C.CAPPED_EFFECTIVE_BETS,
+               "compliance", "compliant_share", C.PLANTED_EDGES_EXPRESSED, C.DECOY_TRAP_ANSWERS,
+               C.HOLDOUT_MEAN_ABS_CORR)
 # what else each row carries for the seed spread: the shipped checkpoint's mechanism fidelity and share of
 # decoder-written requirements (NaN for a probe without them), the archive book's effective bets, and the
 # Sharpe and beta of the book of the answers with positive train CPCV
-CONTRACT_COLUMNS = ("compliance_idea", "forced_lacking", "archive_effective_bets", "positive_book_sharpe",
+CONTRACT_COLUMNS = (C.COMPLIANCE_IDEA, C.FORCED_LACKING, "archive_effective_bets", "positive_book_sharpe",
                     "positive_book_beta", "capped_book_sharpe", "capped_book_beta", "archive_book_sharpe",
                     "archive_book_beta")
 
@@ -178,12 +179,12 @@ def ladder_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
         ew = r.books.get("equal_weight") or {}
         pos, arch, cap = (r.books.get(k) or {} for k in ("positive", "archive", "capped"))
         row.update(status="ok", steps=r.train.get("steps"), shipped_step=r.probe["shipped_step"],
-                   train_cpcv=_num(ship["train_cpcv"]), holdout_score=_num(ship["holdout_score"]),
-                   step0_holdout=_num(step0["holdout_score"]), valid=ship["valid"],
+                   train_cpcv=_num(ship[C.TRAIN_CPCV]), holdout_score=_num(ship[C.HOLDOUT_SCORE]),
+                   step0_holdout=_num(step0[C.HOLDOUT_SCORE]), valid=ship["valid"],
                    book_return=_num(ew.get("return")), book_sharpe=_num(ew.get("sharpe")),
                    book_beta=_num(ew.get("beta")),
                    **{k: _num(ship.get(k)) for k in BET_COLUMNS if k in ship},
-                   compliance_idea=_num(ship.get("compliance_idea")), forced_lacking=_num(ship.get("forced_lacking")),
+                   compliance_idea=_num(ship.get(C.COMPLIANCE_IDEA)), forced_lacking=_num(ship.get(C.FORCED_LACKING)),
                    archive_effective_bets=_num(arch.get("effective_bets")),
                    positive_book_sharpe=_num(pos.get("sharpe")), positive_book_beta=_num(pos.get("beta")),
                    capped_book_sharpe=_num(cap.get("sharpe")), capped_book_beta=_num(cap.get("beta")),
@@ -192,20 +193,20 @@ def ladder_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
             ref = row["step0_holdout"]
         else:
             p = by_item.get(f"{r.parent}-s{r.replica}" if r.replica else r.parent) or by_item.get(r.parent)
-            ref = _num(p.probe["shipped"]["holdout_score"]) if p is not None and p.ok else float("nan")
-        row["vs_parent"] = row["holdout_score"] - ref
+            ref = _num(p.probe["shipped"][C.HOLDOUT_SCORE]) if p is not None and p.ok else float("nan")
+        row["vs_parent"] = row[C.HOLDOUT_SCORE] - ref
         rows.append(row)
     return rows
 
 
 # the probe's per-checkpoint bet columns the report's "Bets" table shows for step 0 and the shipped step
 # (planted-edge coverage exists on the simulator only: absent columns are left out)
-BET_TABLE_COLUMNS = ("valid", "families", "families_positive", "holdout_mean_abs_corr", "holdout_effective_bets",
-                     "capped_answers", "capped_effective_bets", "compliance", "compliant_share", "pass_at_k",
-                     "sampled_families", "planted_edges_expressed", "decoy_trap_answers")
+BET_TABLE_COLUMNS = ("valid", C.FAMILIES, C.FAMILIES_POSITIVE, C.HOLDOUT_MEAN_ABS_CORR, C.HOLDOUT_EFFECTIVE_BETS,
+                     C.CAPPED_ANSWERS, C.CAPPED_EFFECTIVE_BETS, "compliance", "compliant_share", C.PASS_AT_K,
+                     C.SAMPLED_FAMILIES, C.PLANTED_EDGES_EXPRESSED, C.DECOY_TRAP_ANSWERS)
 
 
-CONVERGENCE_COLUMNS = ("families", "holdout_mean_abs_corr", "holdout_effective_bets", "train_effective_bets")
+CONVERGENCE_COLUMNS = (C.FAMILIES, C.HOLDOUT_MEAN_ABS_CORR, C.HOLDOUT_EFFECTIVE_BETS, C.TRAIN_EFFECTIVE_BETS)
 
 
 def convergence_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
@@ -243,7 +244,7 @@ def bet_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
         arch = r.books.get("archive") or {}
         for label, row in _step0_and_shipped(r):
             out: dict[str, Any] = {"rung": r.item, "checkpoint": label,
-                                   "holdout_score": _num(row.get("holdout_score")),
+                                   C.HOLDOUT_SCORE: _num(row.get(C.HOLDOUT_SCORE)),
                                    **{k: _num(row[k]) for k in BET_TABLE_COLUMNS if k in row}}
             if label != "step 0":
                 out["archive_answers"] = _num(arch.get("answers"))
@@ -265,8 +266,8 @@ def check_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
     decoder wrote them). Rungs whose probe predates the check columns are left out."""
     return [{"rung": r.item, "checkpoint": label, "compliance": _num(row.get("compliance")),
              "valid_compliant": _valid_compliant(r.answers, int(row["step"])),
-             **{k: _num(row[k]) for k in CHECK_COLUMNS}, "compliance_idea": _num(row.get("compliance_idea")),
-             "forced_lacking": _num(row.get("forced_lacking"))}
+             **{k: _num(row[k]) for k in CHECK_COLUMNS}, C.COMPLIANCE_IDEA: _num(row.get(C.COMPLIANCE_IDEA)),
+             C.FORCED_LACKING: _num(row.get(C.FORCED_LACKING))}
             for r in results if r.ok and r.table is not None and set(CHECK_COLUMNS) <= set(r.table.columns)
             for label, row in _step0_and_shipped(r)]
 
@@ -356,7 +357,7 @@ def lacking_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
     requirement the decoder wrote (`forced_lacking`) and, by check, the share that lacked that check's
     requirement (`forced_lacking_<check>`; 0 under the grammar alone). Rungs whose probe predates the
     columns are left out."""
-    return [{"rung": r.item, "checkpoint": label, "forced_lacking": _num(row.get("forced_lacking")),
+    return [{"rung": r.item, "checkpoint": label, C.FORCED_LACKING: _num(row.get(C.FORCED_LACKING)),
              **{k.removeprefix("forced_lacking_"): _num(row[k]) for k in LACKING_COLUMNS}}
             for r in results if r.ok and r.table is not None and set(LACKING_COLUMNS) <= set(r.table.columns)
             for label, row in _step0_and_shipped(r)]
@@ -372,12 +373,12 @@ def selector_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
             continue
         for name, pick in (r.probe.get("picks") or {}).items():
             rows.append({"rung": r.item, "selector": name, "ships": name == r.probe.get("selector"),
-                         "step": pick.get("step"), "train_cpcv": _num(pick.get("train_cpcv")),
-                         "train_capped_sharpe": _num(pick.get("train_capped_sharpe")),
-                         "holdout_score": _num(pick.get("holdout_score")),
-                         "holdout_book_sharpe": _num(pick.get("holdout_book_sharpe")),
-                         "families": _num(pick.get("families")),
-                         "holdout_effective_bets": _num(pick.get("holdout_effective_bets"))})
+                         "step": pick.get("step"), C.TRAIN_CPCV: _num(pick.get(C.TRAIN_CPCV)),
+                         C.TRAIN_CAPPED_SHARPE: _num(pick.get(C.TRAIN_CAPPED_SHARPE)),
+                         C.HOLDOUT_SCORE: _num(pick.get(C.HOLDOUT_SCORE)),
+                         C.HOLDOUT_BOOK_SHARPE: _num(pick.get(C.HOLDOUT_BOOK_SHARPE)),
+                         C.FAMILIES: _num(pick.get(C.FAMILIES)),
+                         C.HOLDOUT_EFFECTIVE_BETS: _num(pick.get(C.HOLDOUT_EFFECTIVE_BETS))})
     return rows
 
 
@@ -386,12 +387,12 @@ def seed_spread(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     mean and sd of each bet column the rows carry (`<column>_mean`, `<column>_sd`)."""
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for r in rows:
-        if r.get("status") == "ok" and not math.isnan(r["holdout_score"]):
+        if r.get("status") == "ok" and not math.isnan(r[C.HOLDOUT_SCORE]):
             groups.setdefault(split_replica(r["rung"])[0], []).append(r)
     out = []
     for rung, rs in groups.items():
         if len(rs) > 1:
-            s = pd.Series([r["holdout_score"] for r in rs])
+            s = pd.Series([r[C.HOLDOUT_SCORE] for r in rs])
             row = {"rung": rung, "seeds": len(rs), "mean": float(s.mean()), "sd": float(s.std(ddof=1)),
                    "min": float(s.min()), "max": float(s.max())}
             for k in (*BET_COLUMNS, *CONTRACT_COLUMNS):
@@ -407,7 +408,7 @@ def spread_cells(spread: Sequence[Mapping[str, Any]], columns: Sequence[str]) ->
     the spread's mean and sd, every other column from `<column>_mean` and `<column>_sd`; "-" where fewer than
     two seeds have a value. Columns no rung has a value for are left out."""
     def cell(row: Mapping[str, Any], c: str) -> str:
-        m, s = (row.get("mean"), row.get("sd")) if c == "holdout_score" else (row.get(f"{c}_mean"), row.get(f"{c}_sd"))
+        m, s = (row.get("mean"), row.get("sd")) if c == C.HOLDOUT_SCORE else (row.get(f"{c}_mean"), row.get(f"{c}_sd"))
         return "-" if m is None or s is None else f"{m:.2f} ± {s:.2f}"
     rows = [{"rung": r["rung"], "seeds": r["seeds"], **{c: cell(r, c) for c in columns}} for r in spread]
     keep = [c for c in columns if any(row[c] != "-" for row in rows)]
@@ -433,7 +434,7 @@ def shipped_rung(results: Sequence[RungResult], selector: str = "train_cpcv") ->
     ok = [r for r in results if r.ok]
     if not ok:
         return None
-    cols = [SELECTORS[selector], "train_effective_bets"]
+    cols = [SELECTORS[selector], C.TRAIN_EFFECTIVE_BETS]
     rows = pd.DataFrame([{c: _num(r.probe["shipped"].get(c)) for c in cols} for r in ok])
     return ok[choose(rows.fillna(float("-inf")), selector)]
 
@@ -443,16 +444,16 @@ def pairs(results: Sequence[RungResult], briefs: Mapping[str, str]) -> pd.DataFr
     (brief, canonical form), keeping the best train CPCV, with the rungs and steps that wrote it."""
     frames = [r.answers.assign(rung=r.item) for r in results if r.ok and r.answers is not None]
     if not frames:
-        return pd.DataFrame(columns=["brief", "brief_text", "formula", "canonical", "train_cpcv"])
+        return pd.DataFrame(columns=["brief", "brief_text", "formula", "canonical", C.TRAIN_CPCV])
     a = pd.concat(frames, ignore_index=True)
     a = a[a["valid"]].copy()
     a["written_by"] = a["rung"] + "@" + a["step"].astype(str)
     who = a.groupby(["brief", "canonical"])["written_by"].apply(lambda s: sorted(set(s)))
-    best = a.sort_values("train_cpcv", ascending=False).drop_duplicates(["brief", "canonical"])
+    best = a.sort_values(C.TRAIN_CPCV, ascending=False).drop_duplicates(["brief", "canonical"])
     best = best.drop(columns=["written_by", "rung", "step", "answer"]).merge(
         who.rename("written_by").reset_index(), on=["brief", "canonical"])
     best.insert(1, "brief_text", best["brief"].map(briefs))
-    return best.sort_values(["brief", "train_cpcv"], ascending=[True, False]).reset_index(drop=True)
+    return best.sort_values(["brief", C.TRAIN_CPCV], ascending=[True, False]).reset_index(drop=True)
 
 
 # --- telling rungs apart: paired differences and where the variance comes from --------------------------------
@@ -460,9 +461,9 @@ def pairs(results: Sequence[RungResult], briefs: Mapping[str, str]) -> pd.DataFr
 def _brief_scores(r: RungResult, step: int, briefs: Sequence[str]) -> np.ndarray:
     """The holdout score of checkpoint `step`'s greedy answer to each of `briefs` (NaN where it was invalid)."""
     a = r.answers
-    if a is None or "holdout_score" not in a:
+    if a is None or C.HOLDOUT_SCORE not in a:
         return np.full(len(briefs), np.nan)
-    by = a[a["step"] == step].set_index("brief")["holdout_score"]
+    by = a[a["step"] == step].set_index("brief")[C.HOLDOUT_SCORE]
     return np.array([float(by.get(b, np.nan)) for b in briefs], float)
 
 
@@ -527,16 +528,16 @@ def variance_rows(results: Sequence[RungResult]) -> list[dict[str, Any]]:
     for rung, reps in by_rung.items():
         if len(reps) < 2:
             continue
-        shipped = [_num(r.probe["shipped"]["holdout_score"]) for r in reps]
+        shipped = [_num(r.probe["shipped"][C.HOLDOUT_SCORE]) for r in reps]
         total = float(np.nanstd(shipped, ddof=1))
         brief_var = []
         for r in reps:
             m = _brief_scores(r, int(r.probe["shipped_step"]), briefs)[None]
             lo, hi = bootstrap_interval(lambda k, b, m=m: _score(m, k, b), 1, len(briefs), level=0.6827)
             brief_var.append(((hi - lo) / 2) ** 2)          # the 68% interval's half-width: one sd
-        ckpt = [float(r.table.loc[r.table["step"] > 0, "holdout_score"].std(ddof=1)) for r in reps]
+        ckpt = [float(r.table.loc[r.table["step"] > 0, C.HOLDOUT_SCORE].std(ddof=1)) for r in reps]
         b = float(np.sqrt(np.mean(brief_var)))
-        ans = [_num(r.probe["shipped"].get("holdout_answer_sd")) for r in reps]
+        ans = [_num(r.probe["shipped"].get(C.HOLDOUT_ANSWER_SD)) for r in reps]
         rows.append({"rung": rung, "replicas": len(reps), "total": total, "briefs": b,
                      "seed": float(np.sqrt(max(total ** 2 - b ** 2, 0.0))),
                      "answers": float(np.nanmean(ans)) if np.isfinite(ans).any() else float("nan"),

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from alphagym.books import columns as C
 from alphagym.plotting import pyplot, save
 from alphagym.rl.plots import rolling
 
@@ -38,9 +39,9 @@ def selector_vs_holdout(tables: Mapping[str, pd.DataFrame], path: Path) -> Path:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 5.5))
     for i, (rung, t) in enumerate(tables.items()):
-        ax.plot(t["train_cpcv"], t["holdout_score"], "o-", ms=4, lw=0.8, color=f"C{i % 10}", label=rung)
+        ax.plot(t[C.TRAIN_CPCV], t[C.HOLDOUT_SCORE], "o-", ms=4, lw=0.8, color=f"C{i % 10}", label=rung)
         s = t[t["shipped"]]
-        ax.plot(s["train_cpcv"], s["holdout_score"], "o", ms=12, mfc="none", color=f"C{i % 10}")
+        ax.plot(s[C.TRAIN_CPCV], s[C.HOLDOUT_SCORE], "o", ms=12, mfc="none", color=f"C{i % 10}")
     ax.axhline(0, color="grey", lw=0.6)
     ax.set_xlabel("train-window CPCV of the greedy answers (mean; selector)")
     ax.set_ylabel("holdout score (mean over valid answers)")
@@ -93,11 +94,11 @@ def answer_scores(answers: Mapping[str, pd.DataFrame], path: Path) -> Path:
     rows = int(np.ceil(n / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.6 * rows), squeeze=False)
     for ax, (rung, a) in zip(axes.flat, answers.items()):
-        v = a[a["holdout_valid"]]
+        v = a[a[C.HOLDOUT_VALID]]
         steps = sorted(a["step"].unique())
         rng = np.random.default_rng(0)
         for j, s in enumerate(steps):
-            y = v.loc[v["step"] == s, "holdout_score"].to_numpy()
+            y = v.loc[v["step"] == s, C.HOLDOUT_SCORE].to_numpy()
             ax.plot(j + rng.uniform(-0.2, 0.2, len(y)), y, ".", alpha=0.6, color="C0")
             if len(y):
                 ax.plot([j - 0.3, j + 0.3], [np.median(y)] * 2, color="C3")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from alphagym.artifacts import read_json, write_manifest, write_parquet
+from alphagym.books import columns as C
 from alphagym.briefs.catalogue import CHECKS
 from alphagym.briefs.generate import read_briefs
 from alphagym.errors import DataError
@@ -54,22 +55,22 @@ from alphagym.rungs import recipe_of, resolve_rung, split_replica
 from alphagym.tracking import StageRun
 from alphagym.verifier import channels as ch
 
-LADDER_COLS = ("rung", "parent", "status", "steps", "shipped_step", "train_cpcv", "holdout_score",
+LADDER_COLS = ("rung", "parent", "status", "steps", "shipped_step", C.TRAIN_CPCV, C.HOLDOUT_SCORE,
                "step0_holdout", "vs_parent", "beyond_noise", "valid", "book_return", "book_sharpe", "book_beta",
-               "families", "families_positive", "holdout_effective_bets", "compliance", "planted_edges_expressed",
-               "decoy_trap_answers")
+               C.FAMILIES, C.FAMILIES_POSITIVE, C.HOLDOUT_EFFECTIVE_BETS, "compliance", C.PLANTED_EDGES_EXPRESSED,
+               C.DECOY_TRAP_ANSWERS)
 SEED_COLS = ("rung", "seeds", "mean", "sd", "min", "max", "families_mean", "families_sd",
              "holdout_effective_bets_mean", "holdout_effective_bets_sd", "planted_edges_expressed_mean",
              "planted_edges_expressed_sd", "compliance_mean", "compliance_sd")
-CONTRACT_SEED_COLS = ("holdout_score", "families", "holdout_effective_bets", "archive_effective_bets",
-                      "planted_edges_expressed", "compliance", "compliance_idea", "forced_lacking",
+CONTRACT_SEED_COLS = (C.HOLDOUT_SCORE, C.FAMILIES, C.HOLDOUT_EFFECTIVE_BETS, "archive_effective_bets",
+                      C.PLANTED_EDGES_EXPRESSED, "compliance", C.COMPLIANCE_IDEA, C.FORCED_LACKING,
                       "positive_book_sharpe", "positive_book_beta")
 # the shipped checkpoint's books as a quant reads them: holdout Sharpe, beta and bets of each
-BOOK_SEED_COLS = ("holdout_mean_abs_corr", "holdout_effective_bets", "capped_book_sharpe", "capped_book_beta",
-                  "capped_effective_bets", "archive_book_sharpe", "archive_book_beta", "archive_effective_bets")
+BOOK_SEED_COLS = (C.HOLDOUT_MEAN_ABS_CORR, C.HOLDOUT_EFFECTIVE_BETS, "capped_book_sharpe", "capped_book_beta",
+                  C.CAPPED_EFFECTIVE_BETS, "archive_book_sharpe", "archive_book_beta", "archive_effective_bets")
 # planted-edge coverage exists on the simulator only: on real data these columns are left out, not shown empty
-COVERAGE_COLUMNS = ("planted_edges_expressed", "planted_edges_expressed_mean", "planted_edges_expressed_sd",
-                    "decoy_trap_answers")
+COVERAGE_COLUMNS = (C.PLANTED_EDGES_EXPRESSED, "planted_edges_expressed_mean", "planted_edges_expressed_sd",
+                    C.DECOY_TRAP_ANSWERS)
 
 
 def present(rows: Sequence[Mapping[str, Any]], cols: Sequence[str]) -> tuple[str, ...]:
@@ -80,13 +81,13 @@ def present(rows: Sequence[Mapping[str, Any]], cols: Sequence[str]) -> tuple[str
     return tuple(c for c in cols if c not in COVERAGE_COLUMNS or any(has(r, c) for r in rows))
 
 
-COUNT_COLUMNS = ("valid", "families", "families_positive", "sampled_families", "capped_answers",
-                 "planted_edges_expressed", "decoy_trap_answers", "archive_answers")
-CKPT_COLS = ("step", "shipped", "train_cpcv", "valid", "families", "families_positive", "compliance",
-             "compliant_share", "compliance_idea", "pass_at_k", "sampled_families",
-             "holdout_score", "holdout_valid", "holdout_book_return", "holdout_book_sharpe", "holdout_book_beta",
-             "holdout_mean_abs_corr", "holdout_effective_bets", "capped_answers", "capped_holdout_sharpe",
-             "capped_effective_bets", "planted_edges_expressed", "planted_edges", "decoy_trap_answers")
+COUNT_COLUMNS = ("valid", C.FAMILIES, C.FAMILIES_POSITIVE, C.SAMPLED_FAMILIES, C.CAPPED_ANSWERS,
+                 C.PLANTED_EDGES_EXPRESSED, C.DECOY_TRAP_ANSWERS, "archive_answers")
+CKPT_COLS = ("step", "shipped", C.TRAIN_CPCV, "valid", C.FAMILIES, C.FAMILIES_POSITIVE, "compliance",
+             "compliant_share", C.COMPLIANCE_IDEA, C.PASS_AT_K, C.SAMPLED_FAMILIES,
+             C.HOLDOUT_SCORE, C.HOLDOUT_VALID, C.HOLDOUT_BOOK_RETURN, C.HOLDOUT_BOOK_SHARPE, C.HOLDOUT_BOOK_BETA,
+             C.HOLDOUT_MEAN_ABS_CORR, C.HOLDOUT_EFFECTIVE_BETS, C.CAPPED_ANSWERS, C.CAPPED_HOLDOUT_SHARPE,
+             C.CAPPED_EFFECTIVE_BETS, C.PLANTED_EDGES_EXPRESSED, C.PLANTED_EDGES, C.DECOY_TRAP_ANSWERS)
 
 
 def report(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: StageRun) -> dict[str, Any]:
@@ -114,7 +115,7 @@ def report(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: St
                          fig / "book_vs_market.png")
     write_parquet(pairs(results, briefs), outs["pairs"])
     _ship_adapter(ship, rl, outs["adapter"])
-    best_holdout = max(ok, key=lambda r: _f(r.probe["shipped"]["holdout_score"]))
+    best_holdout = max(ok, key=lambda r: _f(r.probe["shipped"][C.HOLDOUT_SCORE]))
     targets = _targets(ship, best_holdout)
     sft_read = sft_reading_rows(read_json(deps["sft_report"], what="SFT report"), params.rl.policy)
     # the bootstraps run once: the markdown, the JSON export and the MLflow parent runs read the same rows
@@ -126,8 +127,8 @@ def report(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: St
                                        default=_json_default, allow_nan=False))
     summary = {"rungs": len(results), "failed": [r.item for r in results if not r.ok], "shipped_rung": ship.item,
                "shipped_step": ship.probe["shipped_step"],
-               "shipped_holdout_score": ship.probe["shipped"]["holdout_score"],
-               "shipped_step0_holdout_score": ship.probe["step0"]["holdout_score"],
+               "shipped_holdout_score": ship.probe["shipped"][C.HOLDOUT_SCORE],
+               "shipped_step0_holdout_score": ship.probe["step0"][C.HOLDOUT_SCORE],
                "shipped_book_beta": ew.get("beta"), "noise_floor_sd": floor, "targets": targets}
     outs["summary"].write_text(json.dumps(summary, indent=1, default=_json_default))
     run.log_artifact(outs["report"])
@@ -139,9 +140,9 @@ def report(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: St
 
 
 # the headline numbers a rung's MLflow parent run carries (mean and sd over its replicas)
-PARENT_COLUMNS = ("families", "holdout_effective_bets", "capped_effective_bets", "archive_effective_bets",
-                  "planted_edges_expressed", "compliance", "compliance_idea", "capped_book_sharpe",
-                  "archive_book_sharpe", "train_cpcv")
+PARENT_COLUMNS = (C.FAMILIES, C.HOLDOUT_EFFECTIVE_BETS, C.CAPPED_EFFECTIVE_BETS, "archive_effective_bets",
+                  C.PLANTED_EDGES_EXPRESSED, "compliance", C.COMPLIANCE_IDEA, "capped_book_sharpe",
+                  "archive_book_sharpe", C.TRAIN_CPCV)
 
 
 def _rung_parents(params: Params, results: list[RungResult], rows: list[dict[str, Any]],
@@ -161,7 +162,7 @@ def _rung_parents(params: Params, results: list[RungResult], rows: list[dict[str
             metrics.update(holdout_score_mean=sp["mean"], holdout_score_sd=sp["sd"])
             metrics.update({f"{c}_{m}": sp.get(f"{c}_{m}") for c in PARENT_COLUMNS for m in ("mean", "sd")})
         elif ok:
-            metrics.update(holdout_score_mean=ok[0]["holdout_score"],
+            metrics.update(holdout_score_mean=ok[0][C.HOLDOUT_SCORE],
                            **{f"{c}_mean": ok[0].get(c) for c in PARENT_COLUMNS})
         pr = paired.get(name)
         if pr is not None:
@@ -210,9 +211,9 @@ def _json_default(v: Any) -> Any:
 def _targets(ship: RungResult, best: RungResult) -> dict[str, Any]:
     """The issue's targets on the shipped checkpoint of the rung with the best holdout score (read after the
     fact; the ladder ships the train-CPCV choice, reported beside it)."""
-    s, z = best.probe["shipped"]["holdout_score"], best.probe["step0"]["holdout_score"]
+    s, z = best.probe["shipped"][C.HOLDOUT_SCORE], best.probe["step0"][C.HOLDOUT_SCORE]
     beta = (best.books.get("equal_weight") or {}).get("beta")
-    return {"best_rung_by_holdout": best.item, "holdout_score": s, "step0_holdout_score": z,
+    return {"best_rung_by_holdout": best.item, C.HOLDOUT_SCORE: s, "step0_holdout_score": z,
             "above_step0": bool(s is not None and z is not None and s > z),
             "positive": bool(s is not None and s > 0), "book_beta": beta,
             "abs_beta_below_0.2": bool(beta is not None and abs(beta) < 0.2),
@@ -315,7 +316,7 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
                "rl.seeds=3`.", ""]
     bets = bet_rows(results)
     if bets:
-        cols = ("rung", "checkpoint", "holdout_score", *(c for c in BET_TABLE_COLUMNS if any(c in b for b in bets)),
+        cols = ("rung", "checkpoint", C.HOLDOUT_SCORE, *(c for c in BET_TABLE_COLUMNS if any(c in b for b in bets)),
                 "archive_answers", "archive_effective_bets")
         md += ["## Bets", "", "Each rung's SFT policy (step 0) and shipped checkpoint over the greedy holdout "
                "answers, one a holdout brief (docs/ladder.md defines the columns): formula families (canonical "
@@ -332,14 +333,14 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
                "`forced_lacking`, the share of the answers whose brief requirement the brief decoder wrote because "
                "the policy had not.", "",
                plots.table_md(checks, ("rung", "checkpoint", "compliance", "valid_compliant", *CHECK_COLUMNS,
-                                       "compliance_idea", "forced_lacking")), ""]
+                                       C.COMPLIANCE_IDEA, C.FORCED_LACKING)), ""]
     conv = convergence_rows(results)
     if conv:
         md += ["## Bets over training", "", "Per rung and checkpoint (step 0 is the SFT policy), the mean over its "
                "replicas of the greedy answers' families, the mean |corr| and effective bets of their holdout P&L "
                "and their train effective bets: where the answers' bets merge.", "",
                plots.table_md(conv, ("rung", "step", "replicas", *(c for c in CONVERGENCE_COLUMNS if c in conv[0])),
-                              {"step": ".0f", "replicas": ".0f", "families": ".1f"}), ""]
+                              {"step": ".0f", "replicas": ".0f", C.FAMILIES: ".1f"}), ""]
     if sft_read:
         md += ["## Does the SFT policy read its brief?", "", "The SFT policy's answers to the holdout briefs sampled "
                "without the decoder (docs/briefs.md, \"Reading\"): `parse`, the share whose formula parses; among "
@@ -384,15 +385,15 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
         md += ["## Requirements the decoder wrote on the holdout briefs", "", "The greedy holdout answers of step 0 "
                "(the SFT policy) and of the shipped checkpoint: the share whose brief requirement the decoder wrote, "
                "and by check the share that lacked that check's requirement.", "",
-               plots.table_md(lacking, ("rung", "checkpoint", "forced_lacking", *CHECKS)), ""]
+               plots.table_md(lacking, ("rung", "checkpoint", C.FORCED_LACKING, *CHECKS)), ""]
     picks = selector_rows(results)
     if picks:
         md += ["## Checkpoint selectors", "", "Each selector picks a rung's checkpoint on train-window numbers "
                "(`probe.selector` names the one that ships, `ships`); the holdout columns are read afterwards, "
                "to compare them.", "",
-               plots.table_md(picks, ("rung", "selector", "ships", "step", "train_cpcv", "train_capped_sharpe",
-                                      "holdout_score", "holdout_book_sharpe", "families",
-                                      "holdout_effective_bets"), {k: ".0f" for k in COUNT_COLUMNS}), ""]
+               plots.table_md(picks, ("rung", "selector", "ships", "step", C.TRAIN_CPCV, C.TRAIN_CAPPED_SHARPE,
+                                      C.HOLDOUT_SCORE, C.HOLDOUT_BOOK_SHARPE, C.FAMILIES,
+                                      C.HOLDOUT_EFFECTIVE_BETS), {k: ".0f" for k in COUNT_COLUMNS}), ""]
     md += ["## Shipped", "", f"The ladder ships rung `{ship.item}` at step {ship.probe['shipped_step']}: the pick of "
            f"`probe.selector` ({params.probe.selector}) among the rungs' shipped checkpoints, the rule that picked "
            "each within its rung (train numbers only; no holdout number takes part).", "",
@@ -403,9 +404,9 @@ def _markdown(params: Params, results: list[RungResult], rows: list[dict[str, An
            f"{_f(targets['book_beta']):+.3f} "
            f"({'|beta| < 0.2' if targets['abs_beta_below_0.2'] else '|beta| NOT < 0.2'}).",
            "", "### Shipped answers (holdout year, holdout costs)", ""]
-    md += [plots.table_md(ship.books.get("answers", []), ("formula", "count", "train_cpcv", "train_turnover",
-                                                          "holdout_score",
-                                                          "holdout_sharpe", "holdout_return")), ""]
+    md += [plots.table_md(ship.books.get("answers", []), ("formula", "count", C.TRAIN_CPCV, C.TRAIN_TURNOVER,
+                                                          C.HOLDOUT_SCORE,
+                                                          C.HOLDOUT_SHARPE, C.HOLDOUT_RETURN)), ""]
     ew, cap = ship.books.get("equal_weight"), ship.books.get("capped")
     arch = ship.books.get("archive")
     book_rows = [{"book": "equal weight", **(ew or {})}, {"book": "correlation-capped", **(cap or {})},
