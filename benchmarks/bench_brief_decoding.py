@@ -30,7 +30,6 @@ import torch
 
 from alphagym.briefs.catalogue import load_catalogue  # noqa: E402
 from alphagym.briefs.compliance import check  # noqa: E402
-from alphagym.briefs.generate import read_text  # noqa: E402
 from alphagym.config import load_params  # noqa: E402
 from alphagym.dsl.errors import DslError  # noqa: E402
 from alphagym.dsl.parser import parse  # noqa: E402
@@ -71,7 +70,7 @@ def main() -> int:
     policy = load_policy(results / "sft" / "tiny" / "policy")
     policy.max_new_tokens, policy.micro_batch = int(recipe.max_new_tokens), int(recipe.micro_batch)
     source = args.briefs or results / "filter" / "briefs.jsonl"
-    briefs = [json.loads(line)["text"] for line in source.read_text().splitlines()]
+    briefs = [json.loads(line) for line in source.read_text().splitlines()]       # brief records: fields and text
     rel = lambda path: path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path  # noqa: E731
     print(f"policy {rel(results / 'sft' / 'tiny' / 'policy')}; briefs {rel(source)}")
     k, n = int(recipe.briefs_per_step), int(recipe.answers_per_brief)
@@ -96,8 +95,7 @@ def main() -> int:
             growth[side] = max(growth[side], policy.decode_stats.get("growth_max", 0.0))
             late[side] += policy.decode_stats.get("forced_late", 0)
             lacking[side] += policy.decode_stats.get("forced_lacking", 0)
-            for text, answers in zip(batch, out):
-                fields = read_text(cat, text)
+            for fields, answers in zip(batch, out):
                 kept[side] += [c for c in (compliant(a, fields, cat, tol) for a in answers) if c is not None]
         print(f"round {r + 1}: " + ", ".join(f"{s} {times[s][-1]:.3f} s" for s in SIDES), flush=True)
     for s in SIDES:

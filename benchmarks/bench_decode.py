@@ -38,7 +38,7 @@ def main() -> int:
                           params.dsl.limits, params.briefs.horizon_tolerance)
     policy.max_new_tokens, policy.micro_batch = int(recipe.max_new_tokens), int(recipe.micro_batch)
     lines = (ROOT / params.paths.results / "filter" / "briefs.jsonl").read_text().splitlines()
-    briefs = [json.loads(line)["text"] for line in lines]
+    briefs = [json.loads(line) for line in lines]          # brief records: the decoder keeps their fields
     k = int(recipe.briefs_per_step)
     times: dict[str, list[float]] = {"model": [], "auto": []}
     policy.generate(briefs[:k], n=int(recipe.answers_per_brief), seed=0)          # warm-up

@@ -47,7 +47,7 @@ def main() -> int:
     drawn: dict[bool, list[list[str]]] = {}
     same = 0                        # rounds whose two conditions drew the same answers (float rounding aside)
     for r in range(args.rounds + 1):
-        briefs = [b["text"] for b in trainer._draw(r, trainer.cfg.briefs_per_step, 0)]
+        briefs = trainer._draw(r, trainer.cfg.briefs_per_step, 0)
         for share in ((True, False) if r % 2 else (False, True)):
             Policy.share_prompts = share
             pol.grammar = checkers[share]
@@ -55,7 +55,7 @@ def main() -> int:
             answers = pol.generate(briefs, n=k, temperature=1.0, seed=r)
             t1 = time.perf_counter()
             drawn[share] = answers
-            flat_b = [b for b in briefs for _ in range(k)]
+            flat_b = [b["text"] for b in briefs for _ in range(k)]
             flat_a = [a for g in answers for a in g]
             pol.model.train()
             lp, _, mask, _, _ = pol.answer_forward(flat_b, flat_a, grad=True, entropy=True)

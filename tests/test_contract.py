@@ -319,12 +319,12 @@ def test_the_watch_spacing_under_briefs_writes_what_a_search_at_every_token_writ
     texts = [b["text"] for b in train]
     pol = _tiny(96, texts)
     set_decoding(pol, "brief", load_params().dsl.limits, TOL)
-    spaced = pol.generate(texts, n=4, temperature=1.0, seed=1)
+    spaced = pol.generate(train, n=4, temperature=1.0, seed=1)
     stats_spaced, bound = dict(pol.decode_stats), grammar.GROWTH
     pol.decode_stats.clear()
     monkeypatch.setattr(grammar, "DENSE_WATCH", True)        # a search at every token
     monkeypatch.setattr(grammar.GrammarSampler, "_still_completes", lambda self, b, text: None)
-    every = pol.generate(texts, n=4, temperature=1.0, seed=1)
+    every = pol.generate(train, n=4, temperature=1.0, seed=1)
     assert spaced == every
     searches = stats_spaced.pop("watch_searches"), pol.decode_stats.pop("watch_searches")
     growth = stats_spaced.pop("growth_max"), pol.decode_stats.pop("growth_max")
@@ -344,7 +344,7 @@ def test_forced_late_counts_the_answers_cut_at_the_cap_and_forced_lacking_the_re
     texts = [b["text"] for b in train]
     pol = _tiny(24, texts)
     set_decoding(pol, "brief", load_params().dsl.limits, TOL)
-    out = pol.generate(texts, n=2, temperature=1.0, seed=1)
+    out = pol.generate(train, n=2, temperature=1.0, seed=1)
     cut = sum(not a.rstrip().endswith("</alpha>") for row in out for a in row)
     late, unforced = pol.decode_stats["forced_late"], 2 * len(texts) - pol.decode_stats["forced"]
     assert 0 < late and cut - unforced <= late <= cut, (late, cut, unforced)
@@ -360,7 +360,7 @@ def test_forced_late_counts_the_answers_cut_at_the_cap_and_forced_lacking_the_re
     assert by_check["horizon"] > 0
     set_decoding(pol, "grammar", load_params().dsl.limits, TOL)
     pol.decode_stats.clear()
-    pol.generate(texts, n=2, temperature=1.0, seed=1)
+    pol.generate(train, n=2, temperature=1.0, seed=1)
     assert pol.decode_stats["forced"] > 0 and pol.decode_stats["forced_lacking"] == 0
     assert not any(k.startswith("forced_lacking_") and v for k, v in pol.decode_stats.items())
 
@@ -418,8 +418,8 @@ def test_brief_decoding_keeps_each_rows_own_brief_and_leaves_free_text_to_the_gr
     pol = _tiny(96, [b["text"] for b in train])
     limits, variants = load_params().dsl.limits, load_params().policy.witness_variants
     set_decoding(pol, "brief", limits, TOL, variants)
-    out = pol.generate([b["text"] for b in train], n=2, temperature=1.0, seed=1)
-    assert out == pol.generate([b["text"] for b in train], n=2, temperature=1.0, seed=1)       # seeded
+    out = pol.generate(train, n=2, temperature=1.0, seed=1)
+    assert out == pol.generate(train, n=2, temperature=1.0, seed=1)       # seeded
     grammar = PrefixChecker()
     valid = 0
     for b, answers in zip(train, out):
@@ -431,16 +431,16 @@ def test_brief_decoding_keeps_each_rows_own_brief_and_leaves_free_text_to_the_gr
     assert valid >= len(train), valid                  # most answers end valid (the forced completion)
     # control: the grammar alone lets the same policy end valid answers that break their brief
     set_decoding(pol, "grammar", limits, TOL)
-    loose = pol.generate([b["text"] for b in train], n=2, temperature=1.0, seed=1)
+    loose = pol.generate(train, n=2, temperature=1.0, seed=1)
     assert any(grammar.state(a) == "done" and not check(b, parse(a.strip()[7:-8]), cat, TOL).ok
                for b, answers in zip(train, loose) for a in answers)
     set_decoding(pol, "brief", limits, TOL)
     # traced (as the RL trainer samples): the same answers, and the update's log-probabilities are those of
     # the restricted distribution (tests/test_grammar_decoding.py checks the formula on a hand-made case)
     texts = [b["text"] for b in train[:6]]
-    traced = pol.generate(texts, n=2, temperature=1.0, seed=4, trace=True)
+    traced = pol.generate(train[:6], n=2, temperature=1.0, seed=4, trace=True)
     traces = [t for g in pol.last_traces for t in g]
-    assert traced == pol.generate(texts, n=2, temperature=1.0, seed=4)
+    assert traced == pol.generate(train[:6], n=2, temperature=1.0, seed=4)
     flat_b, flat_a = [t for t in texts for _ in range(2)], [a for g in traced for a in g]
     plain = [Trace(t.ids, tuple(() for _ in t.refused)) for t in traces]     # the sampled tokens, unrestricted
     lp0, _, m0, _, _ = pol.answer_forward(flat_b, flat_a, traces=plain)
@@ -450,11 +450,16 @@ def test_brief_decoding_keeps_each_rows_own_brief_and_leaves_free_text_to_the_gr
     assert bool((m1 <= m0).all()) and bool((m1 < m0).any())                     # forced tokens leave the mask
     assert bool((lp1[m1] >= lp0[m1] - 1e-5).all()) and bool((lp1[m1] > lp0[m1] + 1e-3).any())
     free_text = "Design an alpha from prices only."
-    assert not pol.contracts.reads(free_text) and pol.contracts.reads(train[0]["text"])
+    assert not pol.contracts.reads(free_text) and pol.contracts.reads(train[0])
+    # the record's fields are the contract, not its text read back: a catalogue brief's text alone is the
+    # grammar's (the decoder does not parse prompts), and a record keeps its fields under any wording
+    assert not pol.contracts.reads(train[1]["text"])
+    assert pol.contracts.reads({**train[2], "text": "In my own words: " + free_text})
     ruled = pol.generate([free_text], n=4, temperature=1.0, seed=2)
     set_decoding(pol, "grammar", limits, TOL)
     assert ruled == pol.generate([free_text], n=4, temperature=1.0, seed=2)
     bad = next(b for b in _combos(cat) if contradicts(cat, b))
     set_decoding(pol, "brief", limits, TOL)
     with pytest.raises(BriefError, match="cannot be kept together"):
-        pol.generate([render(cat, {**bad, "risk": cat.ids("risks")[0]})], n=1, seed=0)
+        pol.generate([{**bad, "risk": cat.ids("risks")[0], "text": render(cat, {**bad, "risk": cat.ids("risks")[0]})}],
+                     n=1, seed=0)

@@ -369,7 +369,7 @@ def test_propose_answers_from_the_shipped_rl_adapter(ladder, monkeypatch):
     assert not (shipped / "trainer_state.pt").exists()
     policy, where = load_proposer(params, shipped, Path(table["probe@cispo_repo"].deps["policy"]))
     assert where == str(shipped)
-    [[answer]] = policy.generate([read_briefs(Path(table["report"].deps["briefs_holdout"]))[0]["text"]], n=1,
+    [[answer]] = policy.generate([read_briefs(Path(table["report"].deps["briefs_holdout"]))[0]], n=1,
                                  temperature=0.0)
     assert isinstance(answer, str)
 

@@ -44,14 +44,16 @@ def test_briefs_from_fields_text_and_file(tmp_path):
     b = brief_from_fields(cat, {"mechanism": "reversal", "horizon": 21, "input_rule": "price_only",
                                 "structure": "ranked", "forbidden": "no_argext"})
     assert b["risk"] == cat.ids("risks")[0] and brief_from_text(cat, b["text"]) == b    # the text reads back
-    assert brief_from_text(cat, "prices only, please") == {"text": "prices only, please"}
+    assert brief_from_text(cat, "prices only, please") == {
+        "text": "prices only, please", "read": {}, "unread": ["mechanism", "horizon", "input_rule", "structure",
+                                                              "forbidden"]}
     with pytest.raises(BriefError, match="horizon must be"):
         brief_from_fields(cat, {**b, "horizon": 0})
     f = tmp_path / "briefs.txt"
     f.write_text(f"{json.dumps({'text': b['text']})}\n\nmy own words\n"
                  f"{json.dumps({k: b[k] for k in ('mechanism', 'horizon', 'input_rule', 'structure', 'forbidden')})}\n")
     got = read_brief_file(f, cat)
-    assert got == [b, {"text": "my own words"}, b]
+    assert got == [b, brief_from_text(cat, "my own words"), b] and got[1]["text"] == "my own words"
     f.write_text('{"mechanism": "reversal"}\n')
     with pytest.raises(BriefError, match="line 1"):
         read_brief_file(f, cat)
@@ -69,3 +71,37 @@ def test_the_table_piped_keeps_each_formula_on_one_line(capsys):
                       "briefs": [{"brief": "b", "constrained": "brief", "valid": 1, "answers": 1, "distinct": 1,
                                   "proposals": [row]}]})
     assert formula in capsys.readouterr().out
+
+
+def test_a_users_own_words_are_read_into_the_fields_they_name():
+    """The front door reads a user's own words: fields named unambiguously (a value's id or the catalogue's
+    wording of it, the horizon as days) are read; with every checked field read, the brief is that catalogue
+    brief, asked in the catalogue's wording (the user's kept as `asked_as`); otherwise the text alone, with
+    what was read and what was not. A value named twice over (two ids) is not read."""
+    cat = load_catalogue()
+    full = brief_from_text(cat, "A reversal alpha over 21-day windows, price_only inputs, ranked, no_argext")
+    want = brief_from_fields(cat, {"mechanism": "reversal", "horizon": 21, "input_rule": "price_only",
+                                   "structure": "ranked", "forbidden": "no_argext"})
+    assert {k: v for k, v in full.items() if k != "asked_as"} == want and full["asked_as"].startswith("A reversal")
+    part = brief_from_text(cat, "reversal, about a 21 day horizon")
+    assert part["read"] == {"horizon": 21, "mechanism": "reversal"}
+    assert part["unread"] == ["input_rule", "structure", "forbidden"] and "mechanism" not in part
+    both = brief_from_text(cat, "reversal or tail_risk, 21-day")
+    assert "mechanism" not in both["read"] and "mechanism" in both["unread"]
+
+
+def test_the_decoder_keeps_a_records_fields_not_its_text_read_back():
+    """A brief record's fields are its contract whatever its wording; a bare text, even a catalogue brief's,
+    is the grammar's (the decoder never reads a prompt back into fields); a record without the checked
+    fields is the grammar's too."""
+    from alphagym.briefs.contract import BriefContracts
+
+    cat = load_catalogue()
+    b = brief_from_fields(cat, {"mechanism": "reversal", "horizon": 21, "input_rule": "price_only",
+                                "structure": "ranked", "forbidden": "no_argext"})
+    contracts = BriefContracts(cat, 0.5)
+    assert contracts.reads(b) and contracts.reads({**b, "text": "my own words for it"})
+    assert not contracts.reads(b["text"]) and not contracts.reads({"text": b["text"]})
+    ck = contracts.checker({**b, "text": "my own words for it"})
+    assert ck.state("<alpha>ts_argmax(") == "dead"          # the record's forbidden pattern holds
+    assert contracts.checker(b["text"]).state("<alpha>ts_argmax(") == "open"

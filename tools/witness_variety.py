@@ -44,7 +44,7 @@ def measure(params, results: Path, variants: int, samples: int, seed: int) -> di
     policy = set_decoding(load_policy(results / "sft" / "tiny" / "policy"), "brief", params.dsl.limits,
                           params.briefs.horizon_tolerance, variants)
     t0 = time.perf_counter()
-    answers = policy.generate([b["text"] for b in briefs], n=samples, temperature=params.sft.eval.temperature,
+    answers = policy.generate(briefs, n=samples, temperature=params.sft.eval.temperature,
                               seed=seed)
     seconds = time.perf_counter() - t0
     n = len(briefs) * samples

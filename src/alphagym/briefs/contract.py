@@ -50,7 +50,6 @@ import numpy as np
 
 from alphagym.briefs.catalogue import CHECKS, FIELD_PART, Catalogue
 from alphagym.briefs.compliance import check, max_window, ts_nesting
-from alphagym.briefs.generate import read_text
 from alphagym.dsl.ast import Call, Field, Node, walk
 from alphagym.dsl.canonical import fields_used
 from alphagym.dsl.errors import DslError
@@ -909,11 +908,18 @@ def _rotated(items: tuple[str, ...], k: int) -> tuple[str, ...]:
     return items[k:] + items[:k]
 
 
+def brief_text(brief: str | Mapping[str, Any]) -> str:
+    """The prompt of a brief: a bare text, or a brief record's `text`."""
+    return brief if isinstance(brief, str) else str(brief.get("text", ""))
+
+
 class BriefContracts:
-    """The checker the decoder keeps for each prompt: a catalogue brief's `ContractChecker`, compiled from the
-    brief's text (`generate.read_text`) the first time it is asked for, and the grammar's own checker for any
-    other text (a user's own words), which the decoder then answers under the grammar alone. A catalogue
-    brief no formula can meet is a BriefError (`compile_brief`)."""
+    """The checker the decoder keeps for each prompt, compiled the first time it is asked for: a brief record
+    (the fields the generator drew, with the `text` rendered from them: what the trainer, the probe, the SFT
+    evaluation and `propose` pass) is compiled from its fields; a record without them, or a bare text (a
+    user's own words), is answered under the grammar's own checker. A catalogue brief no formula can meet is
+    a BriefError (`compile_brief`). A bare text is read back into fields (`generate.read_text`) only by
+    `propose`, at the front door, before it gets here."""
 
     def __init__(self, catalogue: Catalogue, tolerance: float, limits: Limits | None = None,
                  fields: tuple[str, ...] = DSL_FIELDS, keep: int = 4096, variants: int = 1) -> None:
@@ -921,24 +927,23 @@ class BriefContracts:
         self.variants = variants
         self.grammar = PrefixChecker(limits, fields)
         self.limits = self.grammar.limits
-        self._checkers: dict[str, PrefixChecker] = {}
+        self._checkers: dict[tuple[str, ...], PrefixChecker] = {}
         self._walks: dict[str, tuple[int, Walk]] = {}
 
-    def checker(self, text: str) -> PrefixChecker:
-        ck = self._checkers.get(text)
+    def checker(self, brief: str | Mapping[str, Any]) -> PrefixChecker:
+        if isinstance(brief, str) or not all(k in brief for k in CHECKS):
+            return self.grammar
+        key = (brief_text(brief), *(str(brief[k]) for k in CHECKS))
+        ck = self._checkers.get(key)
         if ck is None:
-            brief = read_text(self.catalogue, text)
-            if brief is None:
-                ck = self.grammar
-            else:
-                contract = compile_brief(brief, self.catalogue, self.tolerance, self.limits)
-                ck = ContractChecker(contract, brief, self.catalogue, self.tolerance, self.limits, self.fields,
-                                     share=self.grammar, walks=self._walks, variants=self.variants)
+            contract = compile_brief(brief, self.catalogue, self.tolerance, self.limits)
+            ck = ContractChecker(contract, brief, self.catalogue, self.tolerance, self.limits, self.fields,
+                                 share=self.grammar, walks=self._walks, variants=self.variants)
             if len(self._checkers) >= self.keep:        # a run's briefs are a few hundred; a bound all the same
                 self._checkers.pop(next(iter(self._checkers)))
-            self._checkers[text] = ck
+            self._checkers[key] = ck
         return ck
 
-    def reads(self, text: str) -> bool:
-        """Whether the text is a catalogue brief the decoder keeps (else: the grammar alone)."""
-        return self.checker(text) is not self.grammar
+    def reads(self, brief: str | Mapping[str, Any]) -> bool:
+        """Whether the decoder keeps this brief's contract (else: the grammar alone)."""
+        return self.checker(brief) is not self.grammar

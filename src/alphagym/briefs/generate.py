@@ -51,6 +51,27 @@ def read_text(c: Catalogue, text: str) -> dict[str, Any] | None:
     return out
 
 
+def read_fields(c: Catalogue, text: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """What a user's own brief text says of the catalogue's fields: each field (`FIELDS`) whose value it names
+    unambiguously, by the catalogue's wording of one value or its id (`price_only`, or `price only`, as a
+    word), and the horizon from a number of days (`21-day`, `21 days`, `horizon 21`); and the fields it
+    could not read, each named or none. The text `render` writes reads whole (`read_text`)."""
+    whole = read_text(c, text)
+    if whole is not None:
+        return whole, ()
+    low = " ".join(text.lower().split())
+    out: dict[str, Any] = {}
+    m = re.search(r"(\d+)[- ]day|horizon\D{0,12}(\d+)", low)
+    if m is not None:
+        out["horizon"] = int(m.group(1) or m.group(2))
+    for key, part in FIELD_PART.items():
+        named = [k for k in c.ids(part) if c.text(part, k).lower().rstrip(".") in low
+                 or re.search(rf"\b{re.escape(k.lower())}\b|\b{re.escape(k.lower().replace('_', ' '))}\b", low)]
+        if len(named) == 1:
+            out[key] = named[0]
+    return out, tuple(k for k in FIELDS if k not in out)
+
+
 _RENDERED = re.compile(r".* Design an alpha whose PRIMARY mechanism is: (?P<mechanism>.+?)\. Target horizon: roughly "
                        r"(?P<horizon>\d+)-day windows\. Inputs: (?P<input_rule>.+?)\. Structure: (?P<structure>.+?)\. "
                        r"Constraint: (?P<forbidden>.+?)\. Risk preference: (?P<risk>.+?)\.", re.S)

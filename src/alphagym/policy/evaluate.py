@@ -60,7 +60,7 @@ def scored_answers(policy: Policy, briefs: Sequence[Mapping[str, Any]], verifier
     answer's `idea_fidelity`): one list of cards a brief."""
     from tqdm.auto import tqdm
 
-    answers = policy.generate([b["text"] for b in briefs], n=n, temperature=temperature, seed=seed,
+    answers = policy.generate(briefs, n=n, temperature=temperature, seed=seed,
                               progress=lambda it: tqdm(it, desc=desc, unit="batch", mininterval=2))
     return [verifier.score_group(a, answer=True, brief=BriefChecker(b, cat, tolerance, idea=idea))
             for b, a in tqdm(list(zip(briefs, answers)), desc=f"{desc}: score", unit="brief", mininterval=2)]

@@ -25,18 +25,21 @@ class Sampling:
 
     # --- sampling ---
     @torch.no_grad()
-    def generate(self, briefs: Sequence[str], n: int = 1, temperature: float = 1.0, seed: int = 0,
+    def generate(self, briefs: Sequence[str | Mapping[str, Any]], n: int = 1, temperature: float = 1.0, seed: int = 0,
                  progress: Callable[[Iterable[int]], Iterable[int]] | None = None,
                  trace: bool = False) -> list[list[str]]:
         """`n` answers per brief. temperature 0 is greedy. Same seed, same answers: each micro-batch draws
         its noise from a generator seeded from `seed` (`decode.sample`), whatever the machine's thread
         count, and the process's global random state is left alone. `progress` wraps the micro-batches
         (e.g. a tqdm bar). `trace` (constrained decoding): `last_traces` holds each answer's `Trace`, in
-        the same nesting, for the log-probabilities of the restricted distribution (`answer_forward`)."""
-        for b in briefs:
-            if not isinstance(b, str) or not b.strip():
-                raise PolicyError(f"empty brief at position {list(briefs).index(b)}")
-        prompts = [self.prompt(b) for b in briefs for _ in range(n)]
+        the same nesting, for the log-probabilities of the restricted distribution (`answer_forward`). A brief
+        is a brief record (its `text` is the prompt; under `decoding: brief` its fields are the contract, as
+        drawn) or a bare text (the grammar alone)."""
+        texts = [b if isinstance(b, str) else b.get("text") for b in briefs]
+        for i, t in enumerate(texts):
+            if not isinstance(t, str) or not t.strip():
+                raise PolicyError(f"empty brief at position {i}")
+        prompts = [self.prompt(t) for t in texts for _ in range(n)]
         # each prompt's own checker under `decoding: brief`, compiled before any sampling (an unsatisfiable
         # catalogue brief is refused up front)
         checkers = [self.contracts.checker(b) for b in briefs for _ in range(n)] if self.contracts is not None else None

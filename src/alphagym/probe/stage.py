@@ -72,7 +72,7 @@ def probe(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
     for step, folder in tqdm(checkpoints, desc=f"probe {item}", unit="ckpt"):
         policy = at_checkpoint(base, folder)
         policy.decode_stats.clear()
-        answers = [a[0] for a in policy.generate([b["text"] for b in briefs], n=1, temperature=0.0, seed=seed)]
+        answers = [a[0] for a in policy.generate(briefs, n=1, temperature=0.0, seed=seed)]
         # greedy answers whose brief requirement the decoder's forced completion wrote (0 under the grammar)
         lacking[step] = {name: policy.decode_stats.get(name, 0) / len(briefs) for name in LACKING_COLUMNS}
         new_rows, new_pnls = answer_rows(step, briefs, answers, train_v, cat, tol, idea)
@@ -81,7 +81,7 @@ def probe(params: Params, deps: dict[str, Path], outs: dict[str, Path], run: Sta
         if params.probe.reading_samples:
             reading[step] = _reading(policy, briefs, params, seed + 100_000 + step)
         if k:
-            sampled = policy.generate([b["text"] for b in briefs], n=k, temperature=temp, seed=seed + 1 + step)
+            sampled = policy.generate(briefs, n=k, temperature=temp, seed=seed + 1 + step)
             cards = sampled_cards(sampled, train_v)
             passes[step], spread[step] = pass_at_k(cards), sampled_families(cards)
             samples += sampled_rows(step, briefs, sampled, cards)
@@ -146,7 +146,7 @@ def _reading(policy: Policy, briefs: list[dict[str, Any]], params: Params, seed:
     held = policy.grammar, policy.contracts
     policy.grammar = policy.contracts = None
     try:
-        answers = policy.generate([b["text"] for b in briefs], n=params.probe.reading_samples,
+        answers = policy.generate(briefs, n=params.probe.reading_samples,
                                   temperature=params.probe.temperature, seed=seed)
     finally:
         policy.grammar, policy.contracts = held

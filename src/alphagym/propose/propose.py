@@ -32,7 +32,7 @@ import numpy as np
 from alphagym.books.metrics import book_metrics, capped_selection
 from alphagym.briefs.catalogue import CHECKS, FIELD_PART, FIELDS, Catalogue, load_catalogue
 from alphagym.briefs.compliance import BriefChecker
-from alphagym.briefs.generate import contradicts, json_object, read_text, render
+from alphagym.briefs.generate import contradicts, json_object, read_fields, read_text, render
 from alphagym.briefs.idea import IdeaCheck
 from alphagym.dsl.parser import parse
 from alphagym.dsl.printer import plain
@@ -103,12 +103,21 @@ def read_brief_file(path: Path, cat: Catalogue) -> list[dict[str, Any]]:
 
 
 def brief_from_text(cat: Catalogue, text: str) -> dict[str, Any]:
-    """A brief from its text: a catalogue brief's fields when the text is one (`generate.read_text`), else
-    the text alone (answered under the grammar). An empty text is a BriefError."""
+    """A brief from a user's text, the one place text is read back into fields (`generate.read_fields`): a
+    catalogue brief's text reads whole; in other words, the fields it names unambiguously are read. When
+    every checked field is read (risk defaults to the catalogue's first), the brief is that catalogue brief,
+    asked in the catalogue's own wording (the text the policy was trained on; `asked_as` keeps the user's);
+    otherwise the text alone, answered under the grammar, with what was read (`read`) and what was not
+    (`unread`). An empty text, or fields read that contradict each other, is a BriefError."""
     if not isinstance(text, str) or not text.strip():
         raise BriefError("empty brief: give its text, or catalogue fields (--mechanism, --horizon, ...)")
-    fields = read_text(cat, text)
-    return {**(fields or {}), "text": text.strip() if fields is None else text}
+    whole = read_text(cat, text)
+    if whole is not None:
+        return {**whole, "text": text}
+    fields, unread = read_fields(cat, text)
+    if all(k in fields for k in CHECKS):
+        return {**brief_from_fields(cat, fields), "asked_as": text.strip()}
+    return {"text": text.strip(), "read": fields, "unread": [k for k in unread if k in CHECKS]}
 
 
 def load_proposer(params: Params, shipped: Path, sft_folder: Path, checkpoint: Path | None = None
@@ -174,8 +183,9 @@ def propose(params: Params, policy: Policy, briefs: Sequence[Mapping[str, Any]],
         raise BriefError(f"temperature must be 0 (greedy) or above (got {temperature:g})")
     cat = load_catalogue()
     tol = params.briefs.horizon_tolerance
-    texts = [b["text"] for b in briefs]
-    groups = policy.generate(texts, n=k, temperature=temperature, seed=seed)
+    # the records themselves: a catalogue brief's fields are its contract, never its text read back
+    groups = policy.generate([{k_: v for k_, v in b.items() if k_ in (*FIELDS, "text")} for b in briefs], n=k,
+                             temperature=temperature, seed=seed)
     out: dict[str, Any] = {"decoding": params.policy.decoding, "k": k, "temperature": temperature, "seed": seed,
                            "idea_tau": cat.idea_tau, "briefs": []}
     if note:
@@ -183,7 +193,8 @@ def propose(params: Params, policy: Policy, briefs: Sequence[Mapping[str, Any]],
     pool: dict[str, Any] = {}                  # canonical -> a valid card, over every brief (the book's pool)
     idea = IdeaCheck(verifier.panel, cat)      # mechanism fidelity on the train panel the verifier scores on
     for b, answers in zip(briefs, groups, strict=True):
-        kept = policy.contracts is not None and policy.contracts.reads(b["text"])
+        kept = policy.contracts is not None and policy.contracts.reads(
+            {k_: v for k_, v in b.items() if k_ in (*FIELDS, "text")})
         checker = BriefChecker({f: b[f] for f in FIELDS}, cat, tol, idea=idea) if all(f in b for f in CHECKS) \
             else None
         cards = verifier.score_group(list(answers), answer=True, brief=checker)
@@ -197,6 +208,7 @@ def propose(params: Params, policy: Policy, briefs: Sequence[Mapping[str, Any]],
         ranked = sorted(best.values(), key=lambda c: -c.channels["cpcv"])[:n]
         entry: dict[str, Any] = {
             "brief": b["text"], "fields": {f: b[f] for f in FIELDS if f in b} or None,
+            **({"asked_as": b["asked_as"]} if b.get("asked_as") else {}),
             "constrained": "brief" if kept else ("grammar" if policy.grammar is not None else "free"),
             "answers": len(cards), "valid": sum(c.valid for c in cards), "distinct": len(best),
             "proposals": [_card_row(c, counts[c.canonical], cat.idea_tau) for c in ranked]}
@@ -205,8 +217,13 @@ def propose(params: Params, policy: Policy, briefs: Sequence[Mapping[str, Any]],
             entry["invalid"] = dict(Counter(c.error_type or "invalid" for c in invalid).most_common())
             entry["invalid_example"] = f"{invalid[0].formula or invalid[0].text!r}: {invalid[0].reason}"
         notes = []
+        if b.get("asked_as"):
+            notes.append("read as the catalogue brief above, asked in the catalogue's words")
         if not kept and policy.contracts is not None:
-            notes.append("not a catalogue brief: answered under the grammar alone (no brief checks)")
+            read = ", ".join(f"{f}={v}" for f, v in (b.get("read") or {}).items())
+            unread = ", ".join(b.get("unread") or [])
+            notes.append("not a catalogue brief: answered under the grammar alone (no brief checks)"
+                         + (f"; read {read}" if read else "") + (f"; could not read {unread}" if unread else ""))
         if temperature == 0 and k > 1:
             notes.append(f"temperature 0 is greedy: the {k} answers are one answer {k} times")
         if notes:

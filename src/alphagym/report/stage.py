@@ -249,7 +249,8 @@ def _ship_adapter(ship: RungResult, rl: Rl, folder: Path) -> None:
                  "base = sft_base('results/sft/tiny/policy', params.policy, params.dsl.limits, "
                  "params.briefs.horizon_tolerance)",
                  "policy = at_checkpoint(base, Path(ADAPTER))",
-                 "policy.generate([brief], n=1, temperature=0.0)", "```", "",
+                 "policy.generate([brief], n=1, temperature=0.0)   # a brief record: its fields and its text",
+                 "```", "",
                  "or `peft.PeftModel.from_pretrained(base, ADAPTER)` on the same base (`base/` holds the tiny "
                  "base model)."]
     (folder / "README.md").write_text("\n".join(card) + "\n")

@@ -106,7 +106,7 @@ class Trainer:
                 ) -> tuple[list[list[str]], list[list[Trace | None]]]:
         """Each brief's answers and, under constrained decoding, their traces (how each was drawn: the
         update's log-probabilities are those of the distribution the decoder drew from)."""
-        answers = self.policy.generate([b["text"] for b in briefs], n=self.cfg.answers_per_brief,
+        answers = self.policy.generate(briefs, n=self.cfg.answers_per_brief,
                                        temperature=self.cfg.temperature, seed=step_seed(self.seed, step, stream),
                                        trace=self.policy.grammar is not None)
         return answers, self.policy.last_traces
