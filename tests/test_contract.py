@@ -1,6 +1,6 @@
-"""A brief compiled into the prefix checker (briefs/contract.py): its witnesses meet the brief, it refuses
-exactly the briefs the generator calls contradictory, and the checker it makes lets only compliant answers
-finish (the fuzz below: cut formulas completed under random briefs)."""
+"""A brief compiled into the prefix checker (briefs/checker.py, over contract.py, facts.py and witnesses.py):
+its witnesses meet the brief, it refuses exactly the briefs the generator calls contradictory, and the checker
+it makes lets only compliant answers finish (the fuzz below: cut formulas completed under random briefs)."""
 
 from __future__ import annotations
 
@@ -11,21 +11,12 @@ import pytest
 import torch
 
 from alphagym.briefs.catalogue import CHECKS, FIELDS, load_catalogue
+from alphagym.briefs.checker import ContractChecker, compile_brief
 from alphagym.briefs.compliance import check
-from alphagym.briefs.contract import (
-    _TS1,
-    _TS2,
-    ContractChecker,
-    brief_specs,
-    built,
-    compile_brief,
-    fields_needed,
-    merge_specs,
-    nodes_needed,
-    scan,
-    witnesses,
-)
+from alphagym.briefs.contract import brief_specs, fields_needed, merge_specs, nodes_needed
+from alphagym.briefs.facts import scan
 from alphagym.briefs.generate import contradicts, generate, read_text, render
+from alphagym.briefs.witnesses import _TS1, _TS2, built, witnesses
 from alphagym.config import load_params
 from alphagym.dsl.ast import walk
 from alphagym.dsl.canonical import fields_used
@@ -463,3 +454,26 @@ def test_brief_decoding_keeps_each_rows_own_brief_and_leaves_free_text_to_the_gr
     with pytest.raises(BriefError, match="cannot be kept together"):
         pol.generate([{**bad, "risk": cat.ids("risks")[0], "text": render(cat, {**bad, "risk": cat.ids("risks")[0]})}],
                      n=1, seed=0)
+
+
+def test_a_whole_formula_holds_its_contract_exactly_when_the_compliance_check_passes_it(cat):
+    """The contract's whole-formula test (`contract.holds`) and the brief's compliance check
+    (`compliance.check`) agree on formulas of both kinds: each brief's witnesses and their variants (built to
+    comply) and random formulas (which mostly do not), under 300 drawn briefs."""
+    from alphagym.briefs.contract import holds
+
+    rng = np.random.default_rng(3)
+    combos = [b for b in _combos(cat) if not contradicts(cat, b)]
+    limits = Limits()
+    kinds = {True: 0, False: 0}
+    for k in range(300):
+        b = {**combos[rng.integers(len(combos))], "id": f"h{k}"}
+        c = compile_brief(b, cat, TOL)
+        texts = [*witnesses(c, limits), *built(c, limits, 1 + k % 7),
+                 *(random_formula(int(rng.integers(1 << 30)), max_window=60) for _ in range(4))]
+        for text in texts:
+            ast = parse(text)
+            ok = check(b, ast, cat, TOL).ok
+            assert holds(c, ast) == ok, (b, text)
+            kinds[ok] += 1
+    assert kinds[True] >= 300 and kinds[False] >= 300, kinds

@@ -94,7 +94,7 @@ def test_the_decoder_keeps_a_records_fields_not_its_text_read_back():
     """A brief record's fields are its contract whatever its wording; a bare text, even a catalogue brief's,
     is the grammar's (the decoder never reads a prompt back into fields); a record without the checked
     fields is the grammar's too."""
-    from alphagym.briefs.contract import BriefContracts
+    from alphagym.briefs.checker import BriefContracts
 
     cat = load_catalogue()
     b = brief_from_fields(cat, {"mechanism": "reversal", "horizon": 21, "input_rule": "price_only",

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from alphagym.briefs.catalogue import CHECKS, load_catalogue
+from alphagym.briefs.checker import compile_brief
 from alphagym.briefs.compliance import check
-from alphagym.briefs.contract import compile_brief, witnesses
 from alphagym.briefs.generate import contradicts, generate
 from alphagym.briefs.reading import parsed, reading, swapped
+from alphagym.briefs.witnesses import witnesses
 from alphagym.config import load_params
 from alphagym.dsl.errors import DslError
 from alphagym.dsl.parser import Limits

@@ -206,7 +206,7 @@ class PrefixChecker:
 
     def repairs(self, text: str) -> tuple[str, ...]:
         """Pieces the completion search tries right after the closing tag, before the grammar's own: none
-        here; a brief's checker (`briefs.contract.ContractChecker`) offers formulas that meet its brief."""
+        here; a brief's checker (`briefs.checker.ContractChecker`) offers formulas that meet its brief."""
         return ()
 
     def complete(self, formula: str) -> bool:

@@ -45,7 +45,7 @@ class OpSpec:
     motif_wrapper: bool = False    # wraps one time-series motif without making it another (`verifier.channels`)
     parameter: bool = False        # its second argument may be a literal parameter rather than a node
     witness_rank: int | None = None  # preference among the operators a built witness may take, lowest first
-    # (`briefs.contract.built`); None: never chosen for a witness
+    # (`briefs.witnesses.built`); None: never chosen for a witness
     draw_rank: int | None = None   # the corpus's draw order of its one-input time-series operators
     # (`policy.corpus`); None: after the ranked ones
 

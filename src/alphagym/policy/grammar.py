@@ -93,7 +93,7 @@ class GrammarSampler:
     """Picks each answer's next token (`pick`) for the sampling loop; one per micro-batch, since it keeps
     each row's forced completion and the counts of what it refused. `checker` judges every row's prefixes;
     `rows`, when given, one checker per batch row instead (`policy.decoding: brief`: each row its own
-    brief's contract, `briefs.contract.BriefContracts`)."""
+    brief's contract, `briefs.checker.BriefContracts`)."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, checker: PrefixChecker, max_new_tokens: int = 0,
                  scan: int = 256, rows: Sequence[PrefixChecker] | None = None, trace: bool = False) -> None:

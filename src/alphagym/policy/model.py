@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, 
 
 from alphagym.artifacts import MANIFEST, read_json, verify_manifest, write_manifest
 from alphagym.briefs.catalogue import load_catalogue
-from alphagym.briefs.contract import BriefContracts
+from alphagym.briefs.checker import BriefContracts
 from alphagym.dsl.parser import Limits
 from alphagym.dsl.prefix import PrefixChecker
 from alphagym.errors import ArtifactError, PolicyError
@@ -95,7 +95,7 @@ def set_decoding(policy: Policy, decoding: Decoding, limits: LimitsParams, toler
                  witness_variants: int = 1) -> Policy:
     """Brief-constrained, grammar-constrained or free sampling (`policy.decoding`), with the `dsl.limits` the
     verifier applies (so the decoder never allows what the verifier would refuse for its shape). `brief`:
-    a catalogue brief's answers keep its hard checks (`briefs.contract`; `tolerance`: `briefs.horizon_tolerance`;
+    a catalogue brief's answers keep its hard checks (`briefs.checker`; `tolerance`: `briefs.horizon_tolerance`;
     `witness_variants`: `policy.witness_variants`), any other prompt the grammar alone."""
     policy.contracts = BriefContracts(load_catalogue(), tolerance, Limits.from_params(limits),
                                       variants=witness_variants) if decoding == "brief" else None
