@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from alphagym.briefs.catalogue import PARTS, load_catalogue, parse_catalogue
-from alphagym.briefs.compliance import BriefChecker, check, check_spec, max_window, ts_nesting
+from alphagym.briefs.compliance import BriefChecker, check
+from alphagym.briefs.contract import failure, max_window, spec_contract, ts_nesting, whole_facts
 from alphagym.briefs.generate import contradicts, draw, families, generate, read_briefs, write_briefs
 from alphagym.config import load_params
 from alphagym.data.simulator import EFFECTS
@@ -152,9 +153,9 @@ def test_check_helpers():
     assert max_window(ast) == 60 and ts_nesting(ast) == 2
     assert max_window(parse("rank(close)")) is None
     assert check_spec({"root": "rank"}, ast) is None
-    assert "at most 1" in check_spec({"max_ts_nesting": 1}, ast)
-    assert check_spec({"distinct_fields": {"min": 2}}, ast) == "uses 1 distinct fields"
-    assert "price sum" in check_spec({"forbid_long_price_sums": 63}, parse("rank(ts_sum(close, 100))"))
+    assert "nests 2" in check_spec({"max_ts_nesting": 1}, ast)
+    assert check_spec({"distinct_fields": {"min": 2}}, ast) == "needs at least 2 fields"
+    assert "long price sum" in check_spec({"forbid_long_price_sums": 63}, parse("rank(ts_sum(close, 100))"))
     assert check_spec({"forbid_long_price_sums": 63}, parse("rank(ts_sum(volume, 100))")) is None
 
 
@@ -275,3 +276,8 @@ def test_the_sft_evaluation_reads_the_fidelity_the_verifier_measured(sim_panels,
     assert calls == []                            # the verifier's signals, not the check's own
     assert [r["idea_fidelity"] for r in rows[:2]] == pytest.approx(expected) and np.isnan(rows[2]["idea_fidelity"])
     assert stats["compliance_idea"] == pytest.approx(np.mean([f >= cat.idea_tau for f in expected]))
+
+
+def check_spec(spec, ast):
+    """One catalogue entry's check on a whole formula, as the package judges it (`contract.failure`)."""
+    return failure(spec_contract(spec), *whole_facts(ast))

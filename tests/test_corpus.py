@@ -89,7 +89,7 @@ def test_mechanism_by_idea_names_a_mechanism_the_formula_follows_where_it_follow
     corpus drawn by form has (measured with the same idea check); a missing idea check is refused."""
     import pytest
 
-    from alphagym.briefs.compliance import check_spec
+    from alphagym.briefs.contract import failure, spec_contract, whole_facts
     from alphagym.briefs.idea import IdeaCheck
     from alphagym.config import load_params
     from alphagym.errors import ConfigError
@@ -112,9 +112,9 @@ def test_mechanism_by_idea_names_a_mechanism_the_formula_follows_where_it_follow
         ast = parse(formula)
         sig = idea.signal(ast)
         assert fid == pytest.approx(idea.fidelity(sig, mech))
-        could = [m for m in cat.ids("mechanisms") if check_spec(cat.spec("mechanisms", m), ast) is None
-                 and any(f"{m}|{s}" in train and check_spec(cat.spec("structures", s), ast) is None
-                         for s in cat.ids("structures"))
+        meets = lambda part, k, ast=ast: failure(spec_contract(cat.spec(part, k)), *whole_facts(ast)) is None  # noqa: E731
+        could = [m for m in cat.ids("mechanisms") if meets("mechanisms", m)
+                 and any(f"{m}|{s}" in train and meets("structures", s) for s in cat.ids("structures"))
                  and idea.fidelity(sig, m) >= idea.tau]
         assert (fid >= idea.tau) or not could, (formula, mech, could)
         followed += fid >= idea.tau

@@ -157,7 +157,9 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
         Stage("briefs", "alphagym.briefs.stage:briefs", {},
               {"train": f"{r}/briefs/train.jsonl", "holdout": f"{r}/briefs/holdout.jsonl",
                "summary": f"{r}/briefs/summary.json"},
-              ("seed", "briefs"), ("src/alphagym/briefs", *names), metrics=("summary",),
+              # the formula language too: a drawn brief is refused when its fields contradict each other, which
+              # the brief's contract decides (`briefs.contract.contradiction`, beside the rules on formulas)
+              ("seed", "briefs"), ("src/alphagym/briefs", *names, "src/alphagym/dsl"), metrics=("summary",),
               help="draw the training and holdout design briefs from the catalogue"),
         Stage("corpus", "alphagym.policy.stage:corpus",
               {"train": f"{r}/panel/train.parquet", "briefs_summary": f"{r}/briefs/summary.json"},

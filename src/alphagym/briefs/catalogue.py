@@ -64,8 +64,8 @@ class OpCount(Bounds):
 
 
 class CheckSpec(_Strict):
-    """What the compliance checker verifies on a formula for one catalogue entry (`compliance.check_spec`,
-    `contract.merge_specs`); every key is optional."""
+    """What the compliance checker verifies on a formula for one catalogue entry, as a contract
+    (`contract.spec_contract`, `contract.merge_specs`) judged by `contract.failure`; every key is optional."""
 
     require_ops: list[list[Operator]] = []        # any-of groups: each group needs one of its operators
     require_fields: list[list[FieldName]] = []    # any-of groups of fields (adv{d} reads close and volume)

@@ -22,16 +22,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from alphagym.briefs.catalogue import CHECKS, FIELD_PART, Catalogue
-from alphagym.briefs.compliance import max_window, ts_nesting
 from alphagym.briefs.facts import Facts
 from alphagym.dsl.ast import Call, Field, Node, walk
 from alphagym.dsl.canonical import fields_used
 from alphagym.dsl.errors import DslError
 from alphagym.dsl.parser import Limits, parse
-from alphagym.dsl.registry import (
-    INFIX,
-    SMOOTHERS,
-)
+from alphagym.dsl.registry import INFIX, OPS, SMOOTHERS
 from alphagym.panel import DSL_FIELDS, PRICE_LEVEL_FIELDS
 
 _INFIX_OPS = frozenset({*INFIX.values(), "where"})
@@ -75,14 +71,41 @@ def merge_specs(specs: list[Mapping[str, Any]], horizon: int, tolerance: float) 
     )
 
 
+def spec_contract(spec: Mapping[str, Any]) -> Contract:
+    """One catalogue entry's check (`Catalogue.spec`) as a contract of its own, asking no window."""
+    return replace(merge_specs([spec], 1, 0.0), window=(0.0, math.inf))
+
+
+def horizon_contract(horizon: int, tolerance: float) -> Contract:
+    """The horizon check as a contract: the longest window within `tolerance` of `horizon`, nothing else."""
+    return Contract(window=merge_specs([], horizon, tolerance).window)
+
+
 def check_contracts(brief: Mapping[str, Any], catalogue: Catalogue, tolerance: float) -> dict[str, Contract]:
     """Each hard check's own part of a brief's contract, by check (`CHECKS`): its field's spec with no window
-    asked, and the horizon's window alone. What a prefix has not met is named by check (`lacking`), though
-    the decoder keeps the merged contract."""
-    h = int(brief["horizon"])
-    return {name: Contract(window=merge_specs([], h, tolerance).window) if name == "horizon" else
-            replace(merge_specs([catalogue.spec(FIELD_PART[name], brief[name])], h, tolerance), window=(0.0, math.inf))
-            for name in CHECKS if name in brief}
+    asked, and the horizon's window alone. The compliance check judges each (`compliance.check`), and what a
+    prefix has not met is named by check (`lacking`), though the decoder keeps the merged contract."""
+    return {name: horizon_contract(int(brief["horizon"]), tolerance) if name == "horizon" else
+            spec_contract(catalogue.spec(FIELD_PART[name], brief[name])) for name in CHECKS if name in brief}
+
+
+def contradiction(c: Contract) -> str | None:
+    """Why no formula can meet the contract on its fields' rules alone, or None: a required group all of
+    whose operators or fields are forbidden, a required operator count of a forbidden operator, or more
+    required field groups with no field in common than the distinct-field limit allows."""
+    for g in c.require_ops:
+        if g <= c.forbid_ops:
+            return f"every operator of {sorted(g)} is forbidden"
+    for g in c.require_fields:
+        if g <= c.forbid_fields:
+            return f"every field of {sorted(g)} is forbidden"
+    for op, lo, _ in c.op_counts:
+        if lo > 0 and op in c.forbid_ops:
+            return f"{op} is both required and forbidden"
+    apart = [g for g in c.require_fields if all(not (g & h) for h in c.require_fields if h is not g)]
+    if len(apart) > c.distinct_fields[1]:
+        return f"{len(apart)} field groups apart, at most {c.distinct_fields[1]} distinct fields"
+    return None
 
 
 def brief_specs(brief: Mapping[str, Any], catalogue: Catalogue) -> list[Mapping[str, Any]]:
@@ -217,24 +240,56 @@ def meets(c: Contract, formula: str, limits: Limits) -> bool:
         return False
 
 
-def holds(c: Contract, ast: Node) -> bool:
-    """Every hard check of the contract, on a parsed formula."""
+def max_window(ast: Node) -> int | None:
+    """The longest window of any time-series operator (adv{d} included), or None without one."""
+    ws = [n.window for n in walk(ast) if isinstance(n, Call) and n.window is not None]
+    return max(ws) if ws else None
+
+
+def ts_nesting(ast: Node) -> int:
+    """Time-series operators on the deepest path."""
+    def depth(n: Node) -> int:
+        if not isinstance(n, Call):
+            return 0
+        inner = max((depth(a) for a in n.args), default=0)
+        return inner + (OPS[n.op].kind == "ts")
+    return depth(ast)
+
+
+def whole_facts(ast: Node) -> tuple[Facts, bool]:
+    """A whole formula's facts (those `scan` reads off a prefix, for the finished parse), and whether it has
+    a window at all."""
     ops: dict[str, int] = {}
+    long_sum: tuple[str, str, float] | None = None
     for n in walk(ast):
         if isinstance(n, Call):
             ops[n.op] = ops.get(n.op, 0) + 1
-    fields = set(fields_used(ast)) - {"sector"}
+            if (n.op in SMOOTHERS and isinstance(n.args[0], Field) and n.args[0].name in PRICE_LEVEL_FIELDS
+                    and (long_sum is None or (n.window or 0) > long_sum[2])):
+                long_sum = (n.op, n.args[0].name, float(n.window or 0))
     longest = max_window(ast)
-    if longest is None or unmet(c, ops, fields, float(longest)):
-        return False
-    f = Facts(ops, fields, float(longest), ts_nesting(ast), sum(1 for _ in walk(ast)), None,
-              ast.op if isinstance(ast, Call) else None, isinstance(ast, Call), False)
-    if c.long_price_sums is not None:
-        for n in walk(ast):
-            if (isinstance(n, Call) and n.op in SMOOTHERS and (n.window or 0) > c.long_price_sums
-                    and isinstance(n.args[0], Field) and n.args[0].name in PRICE_LEVEL_FIELDS):
-                return False
+    f = Facts(ops, set(fields_used(ast)) - {"sector"}, float(longest or 0), ts_nesting(ast),
+              sum(1 for _ in walk(ast)), long_sum, ast.op if isinstance(ast, Call) else None,
+              isinstance(ast, Call), isinstance(ast, Call))
+    return f, longest is not None
+
+
+def failure(c: Contract, f: Facts, windowed: bool) -> str | None:
+    """The first hard rule of `c` a whole formula with facts `f` (`whole_facts`) breaks, or None: the one
+    statement of the rules, which the compliance check (per check, `check_contracts`), the decoder's
+    'done' (the merged contract) and the witnesses' test (`holds`) all read. A requirement unmet
+    (`unmet`), the outermost operator, then every rule a prefix may break (`violation`)."""
+    if c.window[0] > 0 and not windowed:
+        return "no time-series window"
+    missing = unmet(c, f.ops, f.fields, f.max_window)
+    if missing:
+        return f"needs {missing[0]}"
     if c.root is not None and f.first != c.root:
-        return False
-    return violation(c, f) is None
+        return f"outermost operator is {f.first or 'no call'}, wants {c.root}"
+    return violation(c, f)
+
+
+def holds(c: Contract, ast: Node) -> bool:
+    """Every hard check of the contract, on a parsed formula."""
+    return failure(c, *whole_facts(ast)) is None
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from alphagym.briefs.catalogue import FIELD_PART, FIELDS, Catalogue
+from alphagym.briefs.contract import contradiction, merge_specs
 from alphagym.errors import BriefError
 from alphagym.params import Briefs as BriefsParams
 
@@ -77,31 +78,11 @@ _RENDERED = re.compile(r".* Design an alpha whose PRIMARY mechanism is: (?P<mech
                        r"Constraint: (?P<forbidden>.+?)\. Risk preference: (?P<risk>.+?)\.", re.S)
 
 
-def _groups(spec: Mapping[str, Any], key: str) -> list[set[str]]:
-    return [set(g) for g in spec.get(key, [])]
-
-
 def contradicts(c: Catalogue, b: Mapping[str, Any]) -> bool:
-    """True when one field forbids everything another requires (no formula could comply)."""
-    specs = [c.spec("mechanisms", b["mechanism"]), c.spec("input_rules", b["input_rule"]),
-             c.spec("structures", b["structure"]), c.spec("forbidden", b["forbidden"])]
-    forbid_ops = set().union(*(s.get("forbid_ops", []) for s in specs))
-    forbid_fields = set().union(*(s.get("forbid_fields", []) for s in specs))
-    need_ops = [g for s in specs for g in _groups(s, "require_ops")]
-    need_fields = [g for s in specs for g in _groups(s, "require_fields")]
-    if any(g <= forbid_ops for g in need_ops) or any(g <= forbid_fields for g in need_fields):
-        return True
-    for s in specs:
-        cnt = s.get("op_count")
-        if cnt and cnt["op"] in forbid_ops and cnt.get("min", 0) > 0:
-            return True
-        dist = s.get("distinct_fields")
-        if dist and "max" in dist:
-            # disjoint required field groups each need their own field
-            disjoint = [g for g in need_fields if all(not (g & h) for h in need_fields if h is not g)]
-            if len(disjoint) > dist["max"]:
-                return True
-    return False
+    """True when one field forbids everything another requires (no formula could comply): the contract of the
+    brief's four checked fields (`contract.merge_specs`) has a `contract.contradiction`."""
+    specs = [c.spec(FIELD_PART[k], b[k]) for k in ("mechanism", "input_rule", "structure", "forbidden")]
+    return contradiction(merge_specs(specs, 1, 0.0)) is not None
 
 
 def families(c: Catalogue) -> list[str]:

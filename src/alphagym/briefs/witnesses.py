@@ -22,8 +22,7 @@ from itertools import combinations
 
 import numpy as np
 
-from alphagym.briefs.compliance import ts_nesting
-from alphagym.briefs.contract import Contract, meets
+from alphagym.briefs.contract import Contract, meets, ts_nesting
 from alphagym.dsl.ast import Call, Field, walk
 from alphagym.dsl.canonical import fields_used
 from alphagym.dsl.errors import DslError

@@ -38,7 +38,8 @@ import numpy as np
 import pandas as pd
 
 from alphagym.briefs.catalogue import CHECKS, FIELD_PART, Catalogue
-from alphagym.briefs.compliance import check, check_spec, horizon_reason
+from alphagym.briefs.compliance import check
+from alphagym.briefs.contract import failure, horizon_contract, spec_contract, whole_facts
 from alphagym.briefs.generate import contradicts, render
 from alphagym.briefs.idea import IdeaCheck
 from alphagym.dsl.alpha101 import alpha101
@@ -145,9 +146,10 @@ def assign_brief(ast: Any, cat: Catalogue, train_families: set[str], tolerance: 
     """A brief (field ids) this formula satisfies, drawn from the passing options; None if none fits.
     `follows(mechanism)`: whether the formula follows that mechanism's idea; the mechanism is then drawn among
     those it follows where one pairs with a training family (module docstring)."""
-    passing = {part: [k for k in cat.ids(part) if check_spec(cat.spec(part, k), ast) is None]
+    facts, windowed = whole_facts(ast)
+    passing = {part: [k for k in cat.ids(part) if failure(spec_contract(cat.spec(part, k)), facts, windowed) is None]
                for part in ("mechanisms", "structures", "input_rules", "forbidden")}
-    horizons = [h for h in cat.horizons if horizon_reason(ast, h, tolerance) is None]
+    horizons = [h for h in cat.horizons if failure(horizon_contract(h, tolerance), facts, windowed) is None]
     pairs = [(m, s) for m in passing["mechanisms"] for s in passing["structures"] if f"{m}|{s}" in train_families]
     if not pairs or not horizons or not passing["input_rules"] or not passing["forbidden"]:
         return None
@@ -245,13 +247,14 @@ def _brief_first(texts: list[str], score: Callable[[str], Any], cat: Catalogue, 
     for text, ast, card in _valid(texts, score, limits, counts, progress):
         i = len(valid)
         valid.append((text, ast, card))
+        facts, windowed = whole_facts(ast)
         for field in (f for f in CHECKS if f in FIELD_PART):          # the horizon is indexed below
             part = FIELD_PART[field]
             for k in cat.ids(part):
-                if check_spec(cat.spec(part, k), ast) is None:
+                if failure(spec_contract(cat.spec(part, k)), facts, windowed) is None:
                     index.setdefault((field, k), set()).add(i)
         for h in cat.horizons:
-            if horizon_reason(ast, h, tolerance) is None:
+            if failure(horizon_contract(h, tolerance), facts, windowed) is None:
                 index.setdefault(("horizon", h), set()).add(i)
     rng = np.random.default_rng([seed, 13])
     briefs = draw(cat, sorted(train_families), cfg.briefs, "corpus", rng, stratified=True)
