@@ -74,7 +74,7 @@ def main() -> int:
     rel = lambda path: path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path  # noqa: E731
     print(f"policy {rel(results / 'sft' / 'tiny' / 'policy')}; briefs {rel(source)}")
     k, n = int(recipe.briefs_per_step), int(recipe.answers_per_brief)
-    set_decoding(policy, "brief", params.dsl.limits, tol)
+    set_decoding(policy, "brief", params.dsl.limits, tol, params.policy.witness_variants)
     policy.generate(briefs[:k], n=n, seed=0, trace=True)                  # warm-up
     times: dict[str, list[float]] = {s: [] for s in SIDES}
     kept: dict[str, list[bool]] = {s: [] for s in SIDES}
@@ -86,7 +86,7 @@ def main() -> int:
         order = list(SIDES) if r % 2 == 0 else list(reversed(SIDES))
         for side in order:
             decoding, trace = SIDES[side]
-            set_decoding(policy, decoding, params.dsl.limits, tol)
+            set_decoding(policy, decoding, params.dsl.limits, tol, params.policy.witness_variants)
             policy.decode_stats.clear()
             t0 = time.perf_counter()
             out = policy.generate(batch, n=n, temperature=1.0, seed=100 + r, trace=trace)

@@ -35,7 +35,7 @@ def main() -> int:
     params = load_params(ROOT / "params.yaml")
     recipe = params.rl.recipe
     policy = set_decoding(load_policy(ROOT / params.paths.results / "sft" / "tiny" / "policy"), params.policy.decoding,
-                          params.dsl.limits, params.briefs.horizon_tolerance)
+                          params.dsl.limits, params.briefs.horizon_tolerance, params.policy.witness_variants)
     policy.max_new_tokens, policy.micro_batch = int(recipe.max_new_tokens), int(recipe.micro_batch)
     lines = (ROOT / params.paths.results / "filter" / "briefs.jsonl").read_text().splitlines()
     briefs = [json.loads(line) for line in lines]          # brief records: the decoder keeps their fields

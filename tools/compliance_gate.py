@@ -52,7 +52,7 @@ def main() -> int:
     briefs = read_briefs(r / "filter" / "briefs.jsonl", cat)[:48]
     verifier = Verifier(Panel.read_parquet(r / "panel" / "train.parquet"), p)
     policy = load_policy(r / "sft" / "tiny" / "policy", p.policy.hf.nf4)
-    set_decoding(policy, p.policy.decoding, p.dsl.limits, p.briefs.horizon_tolerance)
+    set_decoding(policy, p.policy.decoding, p.dsl.limits, p.briefs.horizon_tolerance, p.policy.witness_variants)
     groups = scored_answers(policy, briefs, verifier, cat, float(p.briefs.horizon_tolerance), 8, 1.0, 11,
                             "R14 gate")
     cards = [c for g in groups for c in g]

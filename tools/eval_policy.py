@@ -57,7 +57,8 @@ def main() -> None:
     table: list[dict] = []
     for seed in seeds:
         for decoding in args.decoding:
-            set_decoding(policy, decoding, params.dsl.limits, params.briefs.horizon_tolerance)
+            set_decoding(policy, decoding, params.dsl.limits, params.briefs.horizon_tolerance,
+                         params.policy.witness_variants)
             t0 = time.perf_counter()
             stats, rows = evaluate_policy(policy, holdout, verifier, cat, float(params.briefs.horizon_tolerance),
                                        samples, float(ev.temperature), seed)
