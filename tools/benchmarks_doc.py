@@ -184,6 +184,12 @@ FIGURES = (
            "samples) against the grammar-only sampler (untraced, then traced), alternating in one process",
            "≤ 1.3×", "brief_decoding.txt", "python benchmarks/bench_brief_decoding.py --rounds 12",
            _brief_decoding),
+    Figure("the brief decoder's judging of one candidate token at a prefix of 60 tokens against one of 10, fresh "
+           "checker each round (under load: a DAG's world model on the same 2 cores)", "≤ 1.2×", "token_judge.txt",
+           "python benchmarks/bench_token_judge.py --rounds 12", None,
+           lambda t: f"{ratio(kv('token_judge_ratio_median'), kv('token_judge_ratio_p90'))(t)}; "
+                     f"{float(kv('token_judge_10_median_us')(t)):.0f} µs against "
+                     f"{float(kv('token_judge_60_median_us')(t)):.0f} µs a candidate"),
     Figure("sampling one default batch: the own decode loop vs the model's forward over its cache", "",
            "decode.txt", "python benchmarks/bench_decode.py --rounds 12",
            ratio(kv("decode_speedup_median"), kv("decode_speedup_p90"))),
