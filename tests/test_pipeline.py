@@ -147,7 +147,7 @@ def test_a_stage_depends_on_its_own_spec_not_on_all_of_params_py(root, tmp_path)
     after = _specs_after(root, tmp_path / "c", ("alphagym/pipeline.py", 'help="draw the training and holdout',
                                                 'help="draw the training and the holdout'))
     assert after == before       # help text is not part of a spec
-    row = '("seed", "briefs"), ("src/alphagym/briefs", *names, "src/alphagym/dsl"'
+    row = '("seed", "briefs"), ("src/alphagym/briefs", *engine[1:]'
     after = _specs_after(root, tmp_path / "d", ("alphagym/pipeline.py", row + ")", row + ', "src/alphagym/rungs.py")'))
     assert {k for k in before if before[k] != after[k]} == {"briefs"}
 

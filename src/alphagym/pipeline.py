@@ -122,9 +122,6 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
     of backend `rl_policy` (`rl.policy`)."""
     data = ("src/alphagym/data", "src/alphagym/panel.py")
     engine = ("src/alphagym/engine", "src/alphagym/dsl", "src/alphagym/kernels.py", "src/alphagym/panel.py")
-    # the operator and field names the brief catalogue is validated against
-    names = ("src/alphagym/dsl/registry.py", "src/alphagym/dsl/elementwise.py", "src/alphagym/kernels.py",
-             "src/alphagym/panel.py")
     policy = ("src/alphagym/policy", "src/alphagym/briefs", "src/alphagym/verifier", "src/alphagym/plotting.py",
               *engine)
     rl = f"{r}/rl/{rl_policy}"           # rungs of each backend apart: the smollm2 profile keeps the tiny rungs
@@ -157,9 +154,9 @@ def table_rows(r: str = "results", profile_arg: str = "", rl_policy: str = "tiny
         Stage("briefs", "alphagym.briefs.stage:briefs", {},
               {"train": f"{r}/briefs/train.jsonl", "holdout": f"{r}/briefs/holdout.jsonl",
                "summary": f"{r}/briefs/summary.json"},
-              # the formula language too: a drawn brief is refused when its fields contradict each other, which
-              # the brief's contract decides (`briefs.contract.contradiction`, beside the rules on formulas)
-              ("seed", "briefs"), ("src/alphagym/briefs", *names, "src/alphagym/dsl"), metrics=("summary",),
+              # the formula language (the catalogue is validated against its operator and field names, and a
+              # drawn brief refused when its contract has a `contradiction`) but not the engine
+              ("seed", "briefs"), ("src/alphagym/briefs", *engine[1:]), metrics=("summary",),
               help="draw the training and holdout design briefs from the catalogue"),
         Stage("corpus", "alphagym.policy.stage:corpus",
               {"train": f"{r}/panel/train.parquet", "briefs_summary": f"{r}/briefs/summary.json"},

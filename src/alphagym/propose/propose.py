@@ -132,8 +132,8 @@ def load_proposer(params: Params, shipped: Path, sft_folder: Path, checkpoint: P
     if not folder.is_dir():
         if checkpoint is not None:
             raise PolicyError(f"{folder} is not a folder (give a checkpoint or policy folder)")
-        raise PolicyError(f"no shipped policy at {folder}: run the pipeline through `alphagym report` (make run, "
-                          "make smoke with --set profile=smoke), or give --checkpoint DIR")
+        raise PolicyError(f"no shipped policy at {folder}: run the pipeline through `alphagym report` (`make run`; "
+                          "after `make smoke`, add --set profile=smoke to this command), or give --checkpoint DIR")
     meta_path = folder / META
     if checkpoint is None and not meta_path.is_file() and (folder / "README.md").is_file():
         # the report ships no adapter when `probe.selector` picked step 0 (the SFT policy itself)
