@@ -30,12 +30,12 @@ def _free_port() -> int:
 
 def _post(url: str, body: dict) -> dict:
     req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as r:
+    with urllib.request.urlopen(req, timeout=60) as r:       # a loaded machine answers slowly; content is checked
         return json.loads(r.read())
 
 
 def _get(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=10) as r:
+    with urllib.request.urlopen(url, timeout=60) as r:
         return json.loads(r.read())
 
 
