@@ -485,3 +485,14 @@ def test_the_rules_declared_once_judge_as_the_hand_written_check_did(cat):
             assert holds(c, ast) == got.ok, (b, text)
             kinds[got.ok] += 1
     assert kinds[True] >= 300 and kinds[False] >= 300, kinds
+
+
+def test_a_horizon_beyond_the_longest_window_is_named_as_such(cat):
+    """A brief whose horizon asks for a longer window than the formula language allows is refused naming the
+    limit, not as fields that contradict each other; a horizon within it compiles (the control)."""
+    b = dict(id="h0", mechanism="reversal", horizon=999, input_rule="price_only", structure="ranked",
+             forbidden="no_argext")
+    with pytest.raises(BriefError, match="horizon 999 needs a window of at least 666 sessions; a formula's windows "
+                                         "are at most 252"):
+        compile_brief(b, cat, TOL)
+    compile_brief({**b, "horizon": 252}, cat, TOL)

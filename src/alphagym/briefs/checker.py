@@ -82,9 +82,13 @@ def compile_brief(brief: Mapping[str, Any], catalogue: Catalogue, tolerance: flo
     """A brief's contract; a BriefError naming the brief when no formula of the witness library meets it
     (its fields contradict each other, or ask for more than a short formula can give)."""
     c = merge_specs(brief_specs(brief, catalogue), int(brief["horizon"]), tolerance)
+    name = f"brief {brief['id']}: " if brief.get("id") else ""
+    longest = (limits or Limits()).max_window
+    if c.window[0] > longest:         # no field can help: say so rather than that the fields disagree
+        raise BriefError(f"{name}horizon {brief['horizon']} needs a window of at least {math.ceil(c.window[0])} "
+                         f"sessions; a formula's windows are at most {longest} (dsl.limits.max_window)")
     if not witnesses(c, limits, 1):
         fields = ", ".join(f"{k}={brief[k]}" for k in ("mechanism", "horizon", "input_rule", "structure", "forbidden"))
-        name = f"brief {brief['id']}: " if brief.get("id") else ""
         raise BriefError(f"{name}no formula meets this brief ({fields}): its constraints cannot be kept together")
     return c
 
