@@ -1,6 +1,6 @@
-"""The brief compliance check as it was written by hand, check by check, before the hard rules were declared once
-(`briefs.contract`): a frozen reference that the derived check (`briefs.compliance.check`) must agree with,
-as `tests/reference_eval.py` is the DSL evaluator's. Not used by the package."""
+"""The brief compliance check written independently, check by check, from the catalogue's specs: a reference
+that the check derived from the contract's rules (`briefs.compliance.check`) must agree with, as
+`tests/reference_eval.py` is the DSL evaluator's. Not used by the package."""
 
 from __future__ import annotations
 

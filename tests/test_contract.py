@@ -458,7 +458,7 @@ def test_brief_decoding_keeps_each_rows_own_brief_and_leaves_free_text_to_the_gr
 
 def test_the_rules_declared_once_judge_as_the_hand_written_check_did(cat):
     """The compliance check is derived from the contract's one statement of the rules (`contract.failure` on
-    each check's part); the hand-written check it replaced (`tests/reference_compliance.py`, frozen) gives the
+    each check's part); an independently written check (`tests/reference_compliance.py`) gives the
     same verdict, check by check, on formulas of both kinds: each brief's witnesses and their variants (built
     to comply) and random formulas (which mostly do not), under 300 drawn briefs; the merged contract holds
     exactly when every check passes; and `contradicts` (the contract's `contradiction`) refuses exactly the

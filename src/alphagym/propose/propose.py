@@ -184,8 +184,7 @@ def propose(params: Params, policy: Policy, briefs: Sequence[Mapping[str, Any]],
     cat = load_catalogue()
     tol = params.briefs.horizon_tolerance
     # the records themselves: a catalogue brief's fields are its contract, never its text read back
-    groups = policy.generate([{k_: v for k_, v in b.items() if k_ in (*FIELDS, "text")} for b in briefs], n=k,
-                             temperature=temperature, seed=seed)
+    groups = policy.generate(list(briefs), n=k, temperature=temperature, seed=seed)
     out: dict[str, Any] = {"decoding": params.policy.decoding, "k": k, "temperature": temperature, "seed": seed,
                            "idea_tau": cat.idea_tau, "briefs": []}
     if note:
@@ -193,8 +192,7 @@ def propose(params: Params, policy: Policy, briefs: Sequence[Mapping[str, Any]],
     pool: dict[str, Any] = {}                  # canonical -> a valid card, over every brief (the book's pool)
     idea = IdeaCheck(verifier.panel, cat)      # mechanism fidelity on the train panel the verifier scores on
     for b, answers in zip(briefs, groups, strict=True):
-        kept = policy.contracts is not None and policy.contracts.reads(
-            {k_: v for k_, v in b.items() if k_ in (*FIELDS, "text")})
+        kept = policy.contracts is not None and policy.contracts.reads(b)
         checker = BriefChecker({f: b[f] for f in FIELDS}, cat, tol, idea=idea) if all(f in b for f in CHECKS) \
             else None
         cards = verifier.score_group(list(answers), answer=True, brief=checker)
