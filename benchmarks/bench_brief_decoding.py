@@ -15,7 +15,11 @@ spacing), which is how the growth bound `grammar.GROWTH` is observed; its timing
 the pipeline's SFT policy and filtered briefs (`make run` up to `filter`; `--briefs` names another brief
 file, e.g. the training briefs).
 
+`--answers FILE` writes every side's answers, a JSON line a round and side, so that two checkouts can be shown
+to sample the same bytes for the same seeds (`cmp` of the two files).
+
     python benchmarks/bench_brief_decoding.py --rounds 12 [--results DIR] [--briefs FILE] [--dense-watch]
+                                              [--answers FILE]
 """
 
 from __future__ import annotations
@@ -60,7 +64,9 @@ def main() -> int:
                     help="a brief file (default: the filter stage's kept briefs in the results folder)")
     ap.add_argument("--dense-watch", action="store_true",
                     help="search a watched row at every token, to observe the completion's growth per token")
+    ap.add_argument("--answers", type=Path, default=None, help="write each round's answers of each side here")
     args = ap.parse_args()
+    written: list[str] = []
     if args.dense_watch:
         grammar.DENSE_WATCH = True
     torch.set_num_threads(1)
@@ -95,9 +101,12 @@ def main() -> int:
             growth[side] = max(growth[side], policy.decode_stats.get("growth_max", 0.0))
             late[side] += policy.decode_stats.get("forced_late", 0)
             lacking[side] += policy.decode_stats.get("forced_lacking", 0)
+            written.append(json.dumps({"round": r + 1, "side": side, "answers": out}))
             for fields, answers in zip(batch, out):
                 kept[side] += [c for c in (compliant(a, fields, cat, tol) for a in answers) if c is not None]
         print(f"round {r + 1}: " + ", ".join(f"{s} {times[s][-1]:.3f} s" for s in SIDES), flush=True)
+    if args.answers is not None:
+        args.answers.write_text("".join(line + "\n" for line in sorted(written)))
     for s in SIDES:
         print(f"brief_decoding_{s}_median={np.median(times[s]):.3f}")
         print(f"brief_decoding_{s}_p90={np.percentile(times[s], 90):.3f}")

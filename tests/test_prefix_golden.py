@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from alphagym.dsl.canonical import fields_used
 from alphagym.dsl.errors import DslError
@@ -141,3 +142,36 @@ if __name__ == "__main__":
     GOLDEN.write_text("".join(json.dumps({"formula": f, "states": states(checker, f), "parse": outcome(f)}) + "\n"
                               for f in corpus()))
     print(f"wrote {GOLDEN}")
+
+
+def _walked(monkeypatch: pytest.MonkeyPatch, terms: int) -> int:
+    """Operands the prefix parse reads to judge one more token after an open chain of `terms` calls, once
+    the chain one token shorter was judged."""
+    from alphagym.dsl import parser
+
+    calls = [0]
+    unary = parser._Parser.unary
+
+    def counted(self: parser._Parser) -> object:
+        calls[0] += 1
+        return unary(self)
+
+    checker = PrefixChecker()
+    base = OPEN + "rank(" + " + ".join(["ts_mean(volume, 21)"] * terms)
+    assert checker.state(base) == "open" and checker.state(base + " +") == "open"
+    monkeypatch.setattr(parser._Parser, "unary", counted)
+    assert checker.state(base + " + v") == "open"
+    monkeypatch.setattr(parser._Parser, "unary", unary)
+    return calls[0]
+
+
+def test_judging_a_token_after_an_open_chain_does_not_read_the_chain_again(monkeypatch):
+    """The parse of a text one token longer resumes its open operator chain at the last operator kept
+    (`FinishedCalls.resume`): the operands it reads do not grow with the chain. Control: without the chain's
+    checkpoints (`CHAIN_MARKS = 0`) it reads every term again."""
+    from alphagym.dsl import parser
+
+    assert _walked(monkeypatch, 3) == _walked(monkeypatch, 12) <= 3      # 12 terms: near the depth limit
+    monkeypatch.setattr(parser, "CHAIN_MARKS", 0)
+    short, long = _walked(monkeypatch, 3), _walked(monkeypatch, 12)
+    assert long >= short + 9, (short, long)

@@ -64,13 +64,13 @@ from alphagym.dsl.errors import DslError
 from alphagym.dsl.lexer import Token
 from alphagym.dsl.parser import Limits
 from alphagym.dsl.prefix import (
-    _PARTIAL_NAME,
     FUNCTIONS,
     OPEN,
     OPERAND_DUE,
     PrefixChecker,
     halves_completed,
     last_blank,
+    partial_name,
 )
 from alphagym.dsl.registry import ALIASES
 from alphagym.errors import BriefError
@@ -135,7 +135,7 @@ class ContractChecker(PrefixChecker):
         # a name cut off at the end (`vwa`, `vwap`) is not counted by `scan` (it may still grow): judge it as
         # each way it can end would be counted, so that a third field under "two fields" is refused before
         # the answer is written into it
-        m = _PARTIAL_NAME.search(formula)
+        m = partial_name(formula)
         return m is None or any(violation(self.contract, ended(f, name)) is None
                                 for name in self._endings(m.group(0).lower(), f))
 

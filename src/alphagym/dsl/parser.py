@@ -22,6 +22,7 @@ from alphagym.dsl.registry import ALIASES, FIELDS, GROUPS, INFIX, OPS
 from alphagym.params import Limits as LimitsParams
 
 _ADV = re.compile(r"^adv(\d+)$")
+CHAIN_MARKS = 4      # checkpoints kept per open operator chain (`FinishedCalls.mark`)
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,11 @@ class FinishedCalls:
     def __init__(self, size: int = 100_000) -> None:
         self.size = size
         self.entries: dict[tuple, tuple[Node, int, tuple[Token, ...], tuple[int, int]]] = {}
+        # an operator chain still open (`a + b + c + ...` inside an open call): the left operand built up to
+        # each of its last few operators (`_Parser.binary`), so that a parse one token longer resumes at the
+        # last operator instead of walking the chain again, which would make judging a token cost more the
+        # longer the answer
+        self.chains: dict[tuple, list[tuple[int, tuple[Token, ...], Node, tuple[int, int]]]] = {}
 
     def get(self, key: tuple) -> tuple[Node, int, tuple[Token, ...], tuple[int, int]] | None:
         return self.entries.get(key)
@@ -61,6 +67,28 @@ class FinishedCalls:
         if len(self.entries) >= self.size:
             self.entries.clear()
         self.entries[key] = value
+
+    def resume(self, key: tuple, tokens: list[Token], start: int) -> tuple[int, Node, tuple[int, int]] | None:
+        """The latest checkpoint of the chain `key` whose tokens, from the chain's first (`start`) to its
+        operator, are this text's: (the operator's index, the left operand before it, that operand's shape)."""
+        for j, span, node, shape in self.chains.get(key, ()):
+            if len(tokens) > j and tuple(tokens[start:j + 1]) == span:
+                return j, node, shape
+        return None
+
+    def mark(self, key: tuple, tokens: list[Token], start: int, j: int, node: Node, shape: tuple[int, int]) -> None:
+        """Keep the checkpoint at the chain's operator `j` (the last `CHAIN_MARKS` of each chain, newest first:
+        the candidate tokens tried after one answer mark different operators)."""
+        marks = self.chains.get(key)
+        if marks is None:
+            if len(self.chains) >= self.size:
+                self.chains.clear()
+            marks = self.chains[key] = []
+        span = tuple(tokens[start:j + 1])
+        if any(m[0] == j and m[1] == span for m in marks):
+            return
+        marks.insert(0, (j, span, node, shape))
+        del marks[CHAIN_MARKS:]
 
 
 class _Parser:
@@ -145,10 +173,25 @@ class _Parser:
     _PREC = {op: level for level, ops in enumerate(_LEVELS) for op in ops}
 
     def binary(self, level: int) -> Node:
-        """Precedence climbing over `_LEVELS`: the operators at `level` and tighter, left-associative."""
-        left = self.unary()
+        """Precedence climbing over `_LEVELS`: the operators at `level` and tighter, left-associative.
+        Prefix mode with `finished`: the left operand built before each operator is kept, and a text whose
+        chain begins with the same tokens resumes at its latest kept operator (`FinishedCalls.resume`): the
+        left operand depends only on the tokens up to that operator and on what the enclosing parse has
+        open, the same context `finished_call` keys by."""
+        key, start, left = None, self.i, None
+        if self.finished is not None:
+            key = (self.text[: self.tok.pos], level, self.outer, self.nest, tuple(self.pending))
+            hit = self.finished.resume(key, self.tokens, start)
+            if hit is not None:
+                j, left, shape = hit
+                self.i, self.tok = j, self.tokens[j]
+                self.memo[id(left)] = shape
+        if left is None:
+            left = self.unary()
         while self.tok.kind == "op" and self._PREC.get(self.tok.text, -1) >= level:
             op = self.tok.text
+            if key is not None and self.finished is not None:
+                self.finished.mark(key, self.tokens, start, self.i, left, self.shape(left))
             if self.prefix:
                 self.check_depth(self.shape(left)[0] + 1, self.tok)
             self.advance()
@@ -227,7 +270,8 @@ class _Parser:
                              tok.pos, self.text)
         if low in OPS or low in ALIASES:
             raise ParseError(f"{tok.text!r} is a function; call it with '('", tok.pos, self.text)
-        hint = difflib.get_close_matches(low, list(FIELDS), n=1)
+        # prefix mode's messages are not read (the decoder asks only where a text breaks): no hint to look up
+        hint = difflib.get_close_matches(low, list(FIELDS), n=1) if not self.prefix else []
         raise UnknownNameError(f"unknown field {tok.text!r}" + (f" (did you mean {hint[0]!r}?)" if hint else ""),
                                tok.pos, self.text)
 
@@ -435,7 +479,7 @@ class _Parser:
         spec = OPS.get(op)
         if spec is None or spec.infix is not None or op in ("neg", "where"):
             known = sorted({*OPS, *ALIASES} - {"neg", "where"} - {s.name for s in OPS.values() if s.infix})
-            hint = difflib.get_close_matches(low, known, n=1)
+            hint = difflib.get_close_matches(low, known, n=1) if not self.prefix else []
             raise UnknownNameError(f"unknown function {tok.text!r}" + (f" (did you mean {hint[0]!r}?)" if hint else ""),
                                    tok.pos, self.text)
         if spec.kind == "ts":

@@ -80,10 +80,28 @@ def last_blank(text: str, end: int) -> int:
     return max(text.rfind(" ", 0, end), text.rfind("\t", 0, end), text.rfind("\n", 0, end), text.rfind("\r", 0, end))
 
 
+def _at_end(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
+    """`pattern.search(text)` for a pattern anchored at the end (`\\Z`) whose match holds no whitespace: the
+    search starts at the text's last whitespace, so its cost does not grow with the text (its lookbehind
+    still sees the character before)."""
+    return pattern.search(text, max(0, last_blank(text, len(text))))
+
+
+def partial_name(text: str) -> re.Match[str] | None:
+    """The name cut off at the end of `text` (`ts_co`, `IndClass.`), if any."""
+    return _at_end(_PARTIAL_NAME, text)
+
+
+def half_token(text: str) -> str | None:
+    """What completes a token cut in half at the end of `text` ('1' after '1.' or '1e-', '|' after '|', '='
+    after '!'), or None."""
+    return "1" if _at_end(_HALF_NUMBER, text) else _HALF_OPERATOR.get(text[-1:])
+
+
 def halves_completed(formula: str) -> str:
     """The formula with a token cut in half at its end completed ('x |' -> 'x ||', 'x <.' -> 'x <.1'), or
     unchanged when there is none."""
-    half = "1" if _HALF_NUMBER.search(formula) else _HALF_OPERATOR.get(formula[-1:])
+    half = half_token(formula)
     return formula + half if half is not None else formula
 
 
@@ -164,11 +182,11 @@ class PrefixChecker:
             for k in range(len(CLOSE) - 1, 0, -1):               # a cut-off closing tag
                 if out.endswith(CLOSE[:k]) and self.state(out + CLOSE[k:]) == "done":
                     return out + CLOSE[k:]
-            m = _PARTIAL_NAME.search(out)
+            m = partial_name(out)
             names = [(out[: m.start()] + c, "") for c in self._completions(m.group(0).lower())] if m else []
             # a bare digit or operator character only finishes a token cut in half ('1.', '1e-', '|'), and
             # an operand after the same operand is a loop
-            half = "1" if _HALF_NUMBER.search(out) else _HALF_OPERATOR.get(out[-1:])
+            half = half_token(out)
             closing = (CLOSE, *(r for r in self.repairs(out) if r not in out), *_CLOSING_PIECES[1:])
             body = out[out.find(OPEN) + len(OPEN):]
             pieces = [(out + p, p) for p in closing if (p not in _HALVES or p == half)
@@ -231,7 +249,7 @@ class PrefixChecker:
 
     def viable(self, formula: str) -> bool:
         """Some continuation of `formula` parses."""
-        m = _PARTIAL_NAME.search(formula)
+        m = partial_name(formula)
         if m is None:
             if self._parses_to_end(formula):
                 return True
