@@ -181,11 +181,12 @@ FIGURES = (
                       f"{ratio(kv('grammar_speedup_generate_median'), kv('grammar_speedup_generate_p90'))(t)}; "
                       f"grammar {ratio(kv('grammar_speedup_pick_median'), kv('grammar_speedup_pick_p90'))(t)}")),
     Figure("brief-constrained sampling of one default batch (32 answers, 1 torch thread, traced as the RL trainer "
-           "samples) against the grammar-only sampler (untraced, then traced), alternating in one process",
-           "≤ 1.3×", "brief_decoding.txt", "python benchmarks/bench_brief_decoding.py --rounds 12",
+           "samples) against the grammar-only sampler (untraced, then traced), alternating in one process (under "
+           "load: a DAG's RL trainings on the same 2 cores)",
+           "≤ 1.3×", "brief_decoding.txt", "python benchmarks/bench_brief_decoding.py --rounds 12", None,
            _brief_decoding),
     Figure("the brief decoder's judging of one candidate token at a prefix of 60 tokens against one of 10, fresh "
-           "checker each round (under load: a DAG's world model on the same 2 cores)", "≤ 1.2×", "token_judge.txt",
+           "checker each round (under load: a DAG's RL trainings on the same 2 cores)", "≤ 1.2×", "token_judge.txt",
            "python benchmarks/bench_token_judge.py --rounds 12", None,
            lambda t: f"{ratio(kv('token_judge_ratio_median'), kv('token_judge_ratio_p90'))(t)}; "
                      f"{float(kv('token_judge_10_median_us')(t)):.0f} µs against "
