@@ -1,13 +1,13 @@
-"""Screenshot of the MLflow UI's run-comparison view of a ladder's rungs (for the README and docs): their
-probe runs, whose `shipped/*` metrics are the shipped checkpoint's holdout score, families, effective bets,
-coverage and compliance.
+"""Screenshot of the MLflow UI's run-comparison view of a ladder's rungs (for the README and docs): one parent
+run per rung (`rung@NAME`, written by the report stage), which carries the rung's resolved recipe as
+parameters and, as metrics, the mean and sd over its seed replicas of the shipped holdout score and the
+headline columns, and its paired difference from its parent rung with the interval.
 
-Starts `mlflow server` on the project's store, finds the rungs' finished probe runs through the REST API,
-opens the compare view in headless Chromium (Debian's `chromium`) driven by Playwright, and sets the view
-up as a user would: the parallel-coordinates plot on the `shipped/*` metrics (probe runs log no recipe
-keys, so no parameter axis), the parameters table on "Show diff only", the metrics table scrolled to
-its `shipped/*` rows.
-Nothing on the page is edited; what the UI shows is what the PNG shows.
+Starts `mlflow server` on the project's store, finds the rungs' parent runs through the REST API, opens the
+compare view in headless Chromium (Debian's `chromium`) driven by Playwright, and sets the view up as a user
+would: the parallel-coordinates plot on the holdout score's mean and sd and the paired difference, the
+parameters table on "Show diff only" (the recipe keys in which the rungs differ), the metrics table scrolled
+to the holdout score's rows. Nothing on the page is edited; what the UI shows is what the PNG shows.
 
     .venv/bin/pip install -e '.[docs]'   # playwright (no browser download: it drives /usr/bin/chromium)
     .venv/bin/python tools/mlflow_compare_screenshot.py --store results/mlflow/mlflow.db \
@@ -23,12 +23,13 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
-METRICS = ("shipped/holdout_score", "shipped/families_positive", "shipped/holdout_effective_bets",
-           "shipped/archive_effective_bets", "shipped/compliance", "shipped/planted_edges_expressed")
+METRICS = ("holdout_score_mean", "holdout_score_sd", "vs_parent", "holdout_effective_bets_mean",
+           "families_mean", "compliance_mean")
 
 
 def _free_port() -> int:
@@ -44,28 +45,24 @@ def _call(url: str, body: dict | None = None) -> dict:
         return json.loads(r.read())
 
 
-def _probe_runs(base: str, experiment: str) -> tuple[str, list[dict]]:
-    """The experiment's id and, per rung, the latest finished probe run among those with the most steps (a
-    shortened trial run of a rung does not stand in for it)."""
+def _rung_runs(base: str, experiment: str) -> tuple[str, list[dict]]:
+    """The experiment's id and its rungs' parent runs (`tags.alphagym.kind = 'rung'`, finished), by name."""
     for _ in range(90):
         try:
             exp = _call(f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name={experiment}")
             break
+        except urllib.error.HTTPError as exc:          # the server answered: no such experiment
+            sys.exit(f"experiment {experiment!r}: {exc.read().decode(errors='replace')[:200]}")
         except OSError:
             time.sleep(1)
     else:
         sys.exit("mlflow server did not answer in 90 s")
     exp_id = exp["experiment"]["experiment_id"]
     runs = _call(f"{base}/api/2.0/mlflow/runs/search",
-                 {"experiment_ids": [exp_id], "filter": "tags.`alphagym.stage` LIKE 'probe@%' and "
+                 {"experiment_ids": [exp_id], "filter": "tags.`alphagym.kind` = 'rung' and "
                   "attributes.status = 'FINISHED'", "max_results": 200})["runs"]
-
-    def steps(r: dict) -> int:
-        params = {p["key"]: p["value"] for p in r["data"].get("params", [])}
-        return int(params.get("rl.recipe.steps", 0))
-
     latest: dict[str, dict] = {}
-    for r in sorted(runs, key=lambda r: (steps(r), r["info"]["start_time"])):
+    for r in sorted(runs, key=lambda r: r["info"]["start_time"]):
         latest[r["info"]["run_name"]] = r
     return exp_id, [latest[k] for k in sorted(latest)]
 
@@ -101,9 +98,10 @@ def main() -> int:
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
-        exp_id, runs = _probe_runs(base, args.experiment)
+        exp_id, runs = _rung_runs(base, args.experiment)
         if len(runs) < 2:
-            sys.exit(f"fewer than two finished probe runs in experiment {args.experiment!r}")
+            sys.exit(f"fewer than two rung parent runs in experiment {args.experiment!r} (the report stage "
+                     "writes them)")
         present = {m["key"] for r in runs for m in r["data"].get("metrics", [])}
         metrics = [m for m in METRICS if m in present]
         query = urllib.parse.urlencode({"runs": json.dumps([r["info"]["run_id"] for r in runs]),
