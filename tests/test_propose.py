@@ -10,7 +10,7 @@ import pytest
 from alphagym.briefs.catalogue import load_catalogue
 from alphagym.cli import main
 from alphagym.errors import BriefError
-from alphagym.propose.propose import brief_from_fields, brief_from_text, read_brief_file
+from alphagym.propose.front import brief_from_fields, brief_from_text, read_brief_file
 
 FIELDS = ["--mechanism", "reversal", "--horizon", "21", "--input-rule", "price_only", "--structure", "ranked",
           "--forbidden", "no_argext"]
@@ -37,6 +37,26 @@ def test_bad_input_is_one_line(argv, says, capsys, monkeypatch, root):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_bad_input_is_refused_before_torch_loads(root):
+    """A malformed option or brief is refused before the policy's libraries are imported (a second, not the
+    several that torch and transformers take). Control: a good brief does import them, so the check can fail."""
+    import subprocess
+    import sys
+
+    probe = ("import sys; from alphagym.cli import main; code = main({argv!r}); "
+             "print(code, 'torch' in sys.modules, 'transformers' in sys.modules)")
+
+    def run(argv: list[str]) -> str:
+        out = subprocess.run([sys.executable, "-c", probe.format(argv=argv)], capture_output=True, text=True,
+                             timeout=300, cwd=root)
+        return out.stdout.strip().splitlines()[-1]
+
+    assert run(["propose", *FIELDS, "-k", "0"]) == "2 False False"
+    assert run(["propose", "--mechanism", "nonsense", *FIELDS[2:]]) == "2 False False"
+    # control: a good brief reaches the policy (and stops there: the checkpoint named is no folder)
+    assert run(["propose", *FIELDS, "--checkpoint", "NOT_A_FOLDER"]).split()[1:] == ["True", "True"]
 
 
 def test_briefs_from_fields_text_and_file(tmp_path):

@@ -237,16 +237,7 @@ def cmd_score(args: argparse.Namespace) -> int:
 def cmd_propose(args: argparse.Namespace) -> int:
     from alphagym.briefs.catalogue import load_catalogue
     from alphagym.pipeline import stage_table, verifier_inputs
-    from alphagym.propose.propose import (
-        FIELDS,
-        MAX_K,
-        brief_from_fields,
-        brief_from_text,
-        load_proposer,
-        propose,
-        read_brief_file,
-    )
-    from alphagym.verifier.loading import load_verifier
+    from alphagym.propose.front import FIELDS, MAX_K, brief_from_fields, brief_from_text, read_brief_file
 
     params = _params(args)
     cat = load_catalogue()
@@ -264,7 +255,11 @@ def cmd_propose(args: argparse.Namespace) -> int:
     briefs = (read_brief_file(Path(args.briefs), cat) if args.briefs
               else [brief_from_fields(cat, fields)] if fields else [brief_from_text(cat, args.brief)])
     table = stage_table(params)
+    # the policy and the verifier import torch and transformers (seconds): only once the input is known good
     from transformers.utils import logging as hf_logging
+
+    from alphagym.propose.propose import load_proposer, propose
+    from alphagym.verifier.loading import load_verifier
 
     # transformers draws a "Loading weights" bar on stderr: noise around the table, so off while loading
     # (and back as it was after: a setting of the command, not of the process)
