@@ -343,3 +343,43 @@ def test_a_traced_draw_gives_the_log_probability_of_the_distribution_it_was_draw
                          [Trace((2,), (None,)), Trace((6,), ((4, 5),)), None])
     assert mask.tolist() == [[False], [True], [True]] and float(got[0, 0]) == 0.0
     torch.testing.assert_close(got[1:], lp[1:])
+
+
+def _scripted_minus_parens(monkeypatch: pytest.MonkeyPatch, node_watch: bool) -> tuple[str, str, dict]:
+    """A model that, after a formula near a `compact` brief's node limit, writes `-(` over and over: each adds
+    no node sure to be in the parse, yet whatever fills it brings a `neg` node."""
+    import alphagym.policy.grammar as grammar
+    from alphagym.briefs.catalogue import load_catalogue
+    from alphagym.briefs.checker import BriefContracts
+    from alphagym.briefs.generate import render
+
+    if not node_watch:
+        monkeypatch.setattr(grammar, "NODE_WATCH_FROM", 10**9)
+    cat = load_catalogue()
+    brief = {"mechanism": "reversal", "horizon": 5, "input_rule": "price_only", "structure": "ranked",
+             "forbidden": "compact", "risk": cat.ids("risks")[0]}
+    checker = BriefContracts(cat, 0.5).checker({**brief, "text": render(cat, brief)})
+    assert checker.node_limited and not CHECK.node_limited
+    tok = _untrained_tiny(120).tokenizer
+    row = tok("<alpha>rank(ts_mean(close, 5) - delay(close, 5) - ts_mean(open, 5) - close",
+              add_special_tokens=False)["input_ids"]
+    minus, paren = (tok(p, add_special_tokens=False)["input_ids"][-1] for p in (" -", " ("))
+    s = GrammarSampler(tok, checker, max_new_tokens=120)
+    while len(row) < 120:
+        scores = torch.full((len(tok),), -1e9)
+        scores[minus], scores[paren] = (10.0, 5.0) if len(row) % 2 else (5.0, 10.0)
+        row.append(s.pick(0, row, scores))
+        if row[-1] == tok.eos_token_id:
+            break
+    text = tok.decode(row, skip_special_tokens=True)
+    return checker.state(text), text, s.stats
+
+
+def test_a_node_limited_answer_is_finished_while_a_completion_fits_its_nodes(monkeypatch):
+    """Under a node limit the prefix rules count only sure nodes, so `-(-(-(` stays open past the last point
+    where a completion fits in the nodes left. The node watch forces the completion before then; control:
+    without it, the answer is still open at the cap (invalid), as every completion search finds nothing."""
+    state, text, stats = _scripted_minus_parens(monkeypatch, node_watch=True)
+    assert state == "done" and stats["forced_nodes"] == 1 and stats["node_searches"] >= 2, (text, stats)
+    state, text, stats = _scripted_minus_parens(monkeypatch, node_watch=False)
+    assert state == "open" and stats["forced"] == 0 and stats["node_searches"] == 0, (text, stats)

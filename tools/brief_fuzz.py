@@ -4,7 +4,11 @@
 (`</alpha>`) and parse: the mean, the lowest, the share of briefs at 95% or more, and the worst briefs with
 an example. `--checkpoint` puts an RL checkpoint on the SFT policy, as the probe does.
 
+`--only FIELD=VALUE` keeps the drawn briefs with that field value (e.g. `forbidden=compact`, the node limit),
+drawing until `--briefs` of them are kept.
+
     python tools/brief_fuzz.py --sft results/sft/tiny/policy [--checkpoint DIR] --briefs 100 --answers 16
+                               [--only FIELD=VALUE]
 """
 
 from __future__ import annotations
@@ -33,10 +37,25 @@ def main() -> None:
     ap.add_argument("--briefs", type=int, default=100)
     ap.add_argument("--answers", type=int, default=16)
     ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--only", default=None, metavar="FIELD=VALUE", help="keep only briefs with this field value")
     args = ap.parse_args()
     params = load_params("params.yaml")
     cat = load_catalogue()
-    briefs = draw(cat, families(cat), args.briefs, "fuzz", np.random.default_rng(args.seed))
+    rng = np.random.default_rng(args.seed)
+    if args.only is None:
+        briefs = draw(cat, families(cat), args.briefs, "fuzz", rng)
+    else:
+        key, value = args.only.split("=", 1)
+        kept: dict[str, dict] = {}                     # text -> brief: the draws are distinct only within one
+        for _ in range(200):
+            for b in draw(cat, families(cat), 100, "fuzz", rng):
+                if str(b.get(key)) == value:
+                    kept.setdefault(b["text"], b)
+            if len(kept) >= args.briefs:
+                break
+        if not kept:
+            raise SystemExit(f"no drawn brief has {key}={value}")
+        briefs = list(kept.values())[:args.briefs]
     base = sft_base(args.sft, params.policy, params.dsl.limits, params.briefs.horizon_tolerance, "brief")
     policy = at_checkpoint(base, args.checkpoint) if args.checkpoint is not None else base
     policy.max_new_tokens = params.policy.max_new_tokens

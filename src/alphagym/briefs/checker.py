@@ -48,6 +48,7 @@ from typing import Any
 
 from alphagym.briefs.catalogue import CHECKS, Catalogue
 from alphagym.briefs.contract import (
+    UNLIMITED,
     Contract,
     brief_specs,
     check_contracts,
@@ -60,10 +61,12 @@ from alphagym.briefs.contract import (
 )
 from alphagym.briefs.facts import Facts, Walk, ended, scan
 from alphagym.briefs.witnesses import built, idea_witnesses, witnesses
+from alphagym.dsl.canonical import node_count
 from alphagym.dsl.errors import DslError
 from alphagym.dsl.lexer import Token
 from alphagym.dsl.parser import Limits
 from alphagym.dsl.prefix import (
+    CLOSE,
     FUNCTIONS,
     OPEN,
     OPERAND_DUE,
@@ -113,6 +116,7 @@ class ContractChecker(PrefixChecker):
         self.witness_pieces = tuple(f" + {w}" for w in dict.fromkeys([*own, *witnesses(contract, self.limits)]))
         self._idea_share = len(set(own))            # the mechanism's own witnesses lead `witness_pieces`
         self._parts: dict[str, Contract] | None = None          # `check_contracts`, built when first asked
+        self.node_limited = contract.max_nodes < UNLIMITED
 
     def continues(self, formula: str) -> bool:
         # the contract's own rules first: reading the facts costs less than the prefix parse
@@ -199,6 +203,13 @@ class ContractChecker(PrefixChecker):
             return body, self._scan(body, self._tokens(body))
         except DslError:
             return body, None
+
+    def node_room(self, answer: str) -> int | None:
+        if self.contract.max_nodes >= UNLIMITED:
+            return None
+        s = answer.strip()
+        ast = self.parsed(s[len(OPEN):-len(CLOSE)]) if s.startswith(OPEN) and s.endswith(CLOSE) else None
+        return None if ast is None else self.contract.max_nodes - node_count(ast)
 
     def lacks(self, text: str) -> bool:
         f = self._facts(text)[1]

@@ -212,6 +212,13 @@ class PrefixChecker:
         refuses its forbidden ones, so a cut-off name whose every completion is forbidden is not viable."""
         return True
 
+    node_limited = False            # a brief's checker with a node limit: the sampler watches its rows' nodes
+
+    def node_room(self, answer: str) -> int | None:
+        """For a done answer (`<alpha>FORMULA</alpha>`): how many nodes its formula leaves under a node limit;
+        None where there is no limit (here: never one; a brief's checker may have one, `max_nodes`)."""
+        return None
+
     def lacks(self, text: str) -> bool:
         """Whether an open answer still lacks something only a `repairs` piece supplies (never, here; a
         brief's checker: a requirement unmet). Once false it stays false as text is appended."""

@@ -36,6 +36,15 @@ search is needed while the completion found last still finishes the answer (as i
 model wrote of it) with slack to spare: its length bounds the shortest one's (`_still_completes`, one state
 check). A search that finds nothing has run its whole budget (about 0.2 s): after each such miss in a row
 the wait before the next doubles, up to 16 times the spacing.
+
+Under a brief's node limit (`compact`: fewer than 20 nodes) the prefix rules count only the nodes sure to be
+in the parse, a lower bound: `- ( - (` adds none, yet whatever fills it brings a `neg` each. An answer can so
+walk past the last point where a completion fits in the nodes left, and then write parentheses and blanks
+until the cap. A node-limited row is therefore also watched for its nodes: its completion is searched, and
+forced when the formula it finishes leaves `NODE_GROWTH` nodes or fewer (one more written token may need
+that many: `adv20` is four); otherwise the next node watch comes `(room - NODE_GROWTH) // NODE_GROWTH` tokens
+later (at least 1), before the room can have fallen that far. `node_searches` counts these searches and
+`forced_nodes` the completions they forced. Rows without a node limit are not affected.
 """
 
 from __future__ import annotations
@@ -50,6 +59,8 @@ from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 from alphagym.dsl.prefix import PrefixChecker
 
 GROWTH = 10         # the most tokens one written token has added to an answer's completion (module docstring)
+NODE_GROWTH = 4     # the most nodes one written token can add to what a node-limited answer needs (`adv20`: 4)
+NODE_WATCH_FROM = 2  # a node-limited row's first node watch, in answer tokens
 DENSE_WATCH = False  # a search at each token of a watched row (how GROWTH is observed: benchmarks, tests)
 # a traced draw judges the likeliest tokens until this share of the model's mass is judged, at most
 # TRACE_MAX of them (`GrammarSampler.refused`): the mass left unjudged bounds the error of the
@@ -116,8 +127,11 @@ class GrammarSampler:
         self.last: dict[int, tuple[str, str]] = {}   # batch row -> (its text, the completion last found for it)
         self.missed: dict[int, int] = {}             # batch row -> its watch searches in a row that found nothing
         self.searched: dict[int, tuple[int, int]] = {}  # batch row -> (answer length, completion length) found last
+        self.node_watch_at: dict[int, int] = {}      # batch row -> the answer length of its next node watch
+        self.node_missed: dict[int, int] = {}        # batch row -> its node watches in a row that found nothing
         self.stats = {"draws": 0, "steered": 0, "rejections": 0, "dead_ends": 0, "forced": 0,
-                      "forced_late": 0, "forced_lacking": 0, "watch_searches": 0, "growth_max": 0.0}
+                      "forced_late": 0, "forced_lacking": 0, "watch_searches": 0, "growth_max": 0.0,
+                      "node_searches": 0, "forced_nodes": 0}
         # token -> its own text when appending it is exact (ASCII, not an added token), else None; None
         # for the whole map when the tokenizer does not concatenate
         self.pieces: dict[int, str | None] | None = {} if concatenates(tokenizer) else None
@@ -224,6 +238,9 @@ class GrammarSampler:
             text = self._text(row)
             if len(row) >= self.watch_from or self.checker_of(b).lacks(text):
                 self._watch(b, row, text)
+        if (b not in self.forced and self.checker_of(b).node_limited
+                and len(row) >= self.node_watch_at.get(b, NODE_WATCH_FROM)):
+            self._watch_nodes(b, row)
         queue = self.forced.get(b)
         if queue and self._ok(row, queue[0], b=b):
             return queue.pop(0)
@@ -248,6 +265,24 @@ class GrammarSampler:
         self.missed[b] = 0 if found else self.missed.get(b, 0) + 1
         step = 1 if DENSE_WATCH else max(1, slack // (GROWTH + 1))
         self.watch_at[b] = len(row) + (step if found else step << min(self.missed[b], 4))
+
+    def _watch_nodes(self, b: int, row: list[int]) -> None:
+        """A node watch of row `b` (module docstring): force its completion once the formula it finishes leaves
+        `NODE_GROWTH` nodes or fewer under the brief's limit, and set when the next node watch comes."""
+        queue = self._completion(b, row)
+        self.stats["node_searches"] += 1
+        if queue is None:                # a search that found nothing ran its whole budget: back off
+            missed = self.node_missed[b] = self.node_missed.get(b, 0) + 1
+            self.node_watch_at[b] = len(row) + (1 << min(missed, 4))
+            return
+        self.node_missed[b] = 0
+        text, suffix = self.last[b]
+        room = self.checker_of(b).node_room(text + suffix)
+        if room is not None and room <= NODE_GROWTH:
+            self._start_forcing(b, row, queue)
+            self.stats["forced_nodes"] += 1
+            return
+        self.node_watch_at[b] = len(row) + max(1, ((room or 0) - NODE_GROWTH) // NODE_GROWTH)
 
     def pick(self, b: int, row: list[int], keys: torch.Tensor, logits: torch.Tensor | None = None) -> int:
         """Row `b`'s next token after its answer tokens `row`: the next token of its forced completion,

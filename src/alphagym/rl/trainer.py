@@ -126,6 +126,8 @@ class Trainer:
             timing["decoding/steered_share"] = steered_share(st)
             timing["decoding/dead_ends"] = float(st.get("dead_ends", 0))
             timing["decoding/forced_late"] = float(st.get("forced_late", 0))     # answers cut at the cap
+            # answers under a node limit finished while a completion still fitted their nodes
+            timing["decoding/forced_nodes"] = float(st.get("forced_nodes", 0))
             # answers whose brief requirement the decoder's completion wrote (the model had not)
             timing["decoding/forced_lacking"] = float(st.get("forced_lacking", 0))
             for check in CHECKS:         # ... and of those, the answers that lacked this check's requirement
