@@ -93,7 +93,7 @@ def _brief_decoding(text: str) -> str:
     traced = ratio(kv("brief_decoding_over_grammar_traced_median"),
                    kv("brief_decoding_over_grammar_traced_p90"))(text)
     brief = secs(kv("brief_decoding_brief_median"), kv("brief_decoding_brief_p90"))(text)
-    parseable = [rx(rf"brief_decoding_{side}_compliant_share=\S+\s+\((\d+) parseable answers\)")(text)[0]
+    parseable = [rx(rf"^brief_decoding_{side}_compliant_share=\S+\s+\((\d+) parseable answers\)")(text)[0]
                  for side in ("brief", "grammar")]
     return (f"{over}; {traced} against the traced grammar; brief {brief}; parseable answers {parseable[0]} "
             f"(grammar {parseable[1]})")
