@@ -149,6 +149,34 @@ def test_an_operator_cut_in_half_is_judged_as_the_operator_it_can_only_become(ca
     assert ck.state("<alpha>rank(high - 1.") == "open"
 
 
+def test_a_whole_two_character_operator_is_not_read_as_a_half(cat):
+    """`rank(x) <=` ends in a whole operator, not half of `<==`: under a `ranked` brief it makes the root a
+    comparison and is dead, as `rank(x) -` is (read as `<==`, it did not lex, and the contract let it through
+    to a dead end: no completion). Control: the grammar alone keeps both open; a half operator stays judged
+    as the operator it can only become."""
+    b = dict(id="t6", mechanism="vwap_deviation", horizon=5, input_rule="one_corr", structure="ranked",
+             forbidden="shallow")
+    ck = ContractChecker(compile_brief(b, cat, TOL), b, cat, TOL)
+    for end in (" -", " <=", " >=", " ==", " !=", " ||", " &&"):
+        prefix = "<alpha>rank(ts_corr(vwap, high - low, 6))" + end
+        assert PrefixChecker().state(prefix) == "open" and ck.state(prefix) == "dead", prefix
+    assert ck.state("<alpha>rank(ts_corr(vwap, high - low, 6) <=") == "open"     # inside the root: fine
+    assert ck.state("<alpha>rank(ts_corr(vwap, high - low, 6))") == "open"
+
+
+def test_a_cut_off_time_series_name_counts_the_nesting_it_will_open(cat):
+    """Under "at most 3 nested time-series operators", `ts` cut off inside three open time-series calls can
+    only become a fourth: dead while it is written (it was kept, and the answer ran into a dead end with no
+    completion). Control: the grammar keeps it open, and inside two it lives."""
+    b = dict(id="t7", mechanism="return_asymmetry", horizon=126, input_rule="two_fields", structure="decayed",
+             forbidden="shallow")
+    ck = ContractChecker(compile_brief(b, cat, TOL), b, cat, TOL)
+    deep = "<alpha>ts_ema(ts_zscore(ts_delta(close / ts"
+    assert PrefixChecker().state(deep) == "open" and ck.state(deep) == "dead"
+    assert ck.state("<alpha>ts_ema(ts_zscore(close / ts") == "open"
+    assert ck.state("<alpha>ts_ema(ts_zscore(ts_delta(close, 5) / ts") == "open"      # ts_delta is closed
+
+
 def test_cut_formulas_completed_under_random_briefs_comply(cat):
     """Fuzz: 1,000 drawn briefs x a random formula cut at a random point: whenever the checker keeps the
     prefix and completes it, the answer passes every hard check of its brief (with the witness variants

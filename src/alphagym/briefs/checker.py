@@ -225,6 +225,10 @@ class ContractChecker(PrefixChecker):
             return tuple(n for n, c in self._parts.items() if unmet(c, {}, set(), 0.0))
         return tuple(n for n, c in self._parts.items() if unmet(c, f.ops, f.fields, f.max_window))
 
+    def rescues(self, text: str) -> tuple[str, ...]:
+        f = self._facts(text)[1]
+        return () if f is None else tuple(f" - {x}" for x in sorted(f.fields) if x != "returns" and self.allows(x))
+
     def repairs(self, text: str) -> tuple[str, ...]:
         """A witness as the whole formula of an empty answer, or added as an operand (` + W`) while the
         formula has a requirement unmet; nothing once every requirement is met (the grammar closes it). A name

@@ -183,7 +183,11 @@ def ended(f: Facts, name: str) -> Facts:
     `adv<d>`, or a call `op(`), without lexing the prefix again."""
     if name.endswith("("):
         op = ALIASES.get(name[:-1], name[:-1])
-        return replace(f, ops={**f.ops, op: f.ops.get(op, 0) + 1}, nodes=f.nodes + 1, operand_due=True)
+        spec = OPS.get(op)
+        # a time-series call nests one deeper than the ones open around it, as `scan` counts its '('
+        ts = spec is not None and spec.kind == "ts"
+        return replace(f, ops={**f.ops, op: f.ops.get(op, 0) + 1}, nodes=f.nodes + 1, operand_due=True,
+                       ts_open=f.ts_open + ts, ts_depth=max(f.ts_depth, f.ts_open + 1) if ts else f.ts_depth)
     if re.fullmatch(r"adv\d+", name):                 # ts_mean(close * volume, d), as `scan` counts it
         ops = {**f.ops, "ts_mean": f.ops.get("ts_mean", 0) + 1, "mul": f.ops.get("mul", 0) + 1}
         return replace(f, ops=ops, fields=f.fields | {"close", "volume"}, nodes=f.nodes + 4,

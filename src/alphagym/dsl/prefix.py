@@ -44,6 +44,7 @@ _NO_REPEAT = frozenset({" returns", " 1", " close", " - returns"})
 _HALVES = frozenset({"1", "|", "&", "="})
 _HALF_NUMBER = re.compile(r"((?<![0-9A-Za-z_.])\.|[0-9.][eE][+-]?)\Z")     # \Z: `$` also matches before a final newline
 _HALF_OPERATOR = {"|": "|", "&": "&", "!": "=", "=": "="}
+_WHOLE_OPERATORS = frozenset({"<=", ">=", "==", "!=", "||", "&&"})
 _INDCLASS = tuple(f"indclass.{g}" for g in GROUPS)
 # the last character of a formula after which an operand is due (an operator, an open call, a comma, '?', ':')
 OPERAND_DUE = frozenset("(,+-*/^<>=!&|?:")
@@ -95,7 +96,10 @@ def partial_name(text: str) -> re.Match[str] | None:
 def half_token(text: str) -> str | None:
     """What completes a token cut in half at the end of `text` ('1' after '1.' or '1e-', '|' after '|', '='
     after '!'), or None."""
-    return "1" if _at_end(_HALF_NUMBER, text) else _HALF_OPERATOR.get(text[-1:])
+    if _at_end(_HALF_NUMBER, text):
+        return "1"
+    # the last character of a whole two-character operator is no half: `x <=` is complete, not `x <==`
+    return None if text[-2:] in _WHOLE_OPERATORS else _HALF_OPERATOR.get(text[-1:])
 
 
 def halves_completed(formula: str) -> str:
@@ -187,10 +191,11 @@ class PrefixChecker:
             # a bare digit or operator character only finishes a token cut in half ('1.', '1e-', '|'), and
             # an operand after the same operand is a loop
             half = half_token(out)
-            closing = (CLOSE, *(r for r in self.repairs(out) if r not in out), *_CLOSING_PIECES[1:])
+            rescues = self.rescues(out)
+            closing = (CLOSE, *(r for r in self.repairs(out) if r not in out), *_CLOSING_PIECES[1:], *rescues)
             body = out[out.find(OPEN) + len(OPEN):]
             pieces = [(out + p, p) for p in closing if (p not in _HALVES or p == half)
-                      and not (p == last and p in _NO_REPEAT) and not hopeless(body, p)]
+                      and not (p == last and (p in _NO_REPEAT or p in rescues)) and not hopeless(body, p)]
             for nxt, piece in [*names, *pieces]:
                 if nxt == out or nxt in seen:
                     continue
@@ -232,6 +237,12 @@ class PrefixChecker:
     def repairs(self, text: str) -> tuple[str, ...]:
         """Pieces the completion search tries right after the closing tag, before the grammar's own: none
         here; a brief's checker (`briefs.checker.ContractChecker`) offers formulas that meet its brief."""
+        return ()
+
+    def rescues(self, text: str) -> tuple[str, ...]:
+        """Pieces the completion search tries after the grammar's own, where those run out: none here; a brief's
+        checker offers ` - F` for each field F the answer already uses, which makes a constant call vary where
+        ` - returns` would bring a field the brief does not allow (`abs(0.001` under "exactly two fields")."""
         return ()
 
     def complete(self, formula: str) -> bool:
