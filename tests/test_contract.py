@@ -177,6 +177,20 @@ def test_a_cut_off_time_series_name_counts_the_nesting_it_will_open(cat):
     assert ck.state("<alpha>ts_ema(ts_zscore(ts_delta(close, 5) / ts") == "open"      # ts_delta is closed
 
 
+def test_a_cut_off_call_lives_while_any_call_it_can_become_is_allowed(cat):
+    """Under "exactly one ts_corr", once ts_corr is used, `ts_co` may still become `ts_cov`: open, while
+    `ts_cor` can only become a second ts_corr: dead. (Judged by the first call the parser is given alone,
+    `ts_corr`, `ts_co` was dead, and a forced completion through `rank(ts_mean(...` stopped at `ts`.)"""
+    b = dict(id="t8", mechanism="reversal", horizon=42, input_rule="one_corr", structure="two_ranks",
+             forbidden="no_argext")
+    ck = ContractChecker(compile_brief(b, cat, TOL), b, cat, TOL)
+    head = "<alpha>rank(ts_corr(close, returns, 5)) - rank("
+    for cut, state in (("ts", "open"), ("ts_co", "open"), ("ts_cov", "open"), ("ts_me", "open"),
+                       ("ts_cor", "dead"), ("ts_ar", "dead")):        # ts_argmax, ts_argmin: forbidden
+        assert ck.state(head + cut) == state, cut
+    assert PrefixChecker().state(head + "ts_cor") == "open"               # control: the grammar keeps it
+
+
 def test_cut_formulas_completed_under_random_briefs_comply(cat):
     """Fuzz: 1,000 drawn briefs x a random formula cut at a random point: whenever the checker keeps the
     prefix and completes it, the answer passes every hard check of its brief (with the witness variants

@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 import re
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from alphagym.briefs.catalogue import CHECKS, Catalogue
@@ -143,17 +143,23 @@ class ContractChecker(PrefixChecker):
         return m is None or any(violation(self.contract, ended(f, name)) is None
                                 for name in self._endings(m.group(0).lower(), f))
 
-    def _endings(self, cut: str, f: Facts) -> list[str]:
+    def _endings(self, cut: str, f: Facts) -> Iterator[str]:
         """The ways a cut-off name can end that the contract tells apart (`_completions` gives the parser one of
-        each kind): every allowed field it can become (which field decides the distinct-field room), and a
-        call that meets a requirement still unmet where one can be written from it."""
+        each kind): every allowed field it can become (which field decides the distinct-field room), a call
+        that meets a requirement still unmet where one can be written from it, then every other allowed call
+        it can become, lazily (the first call the parser is given may have used up its count, `ts_corr` under
+        "exactly one ts_corr", where `ts_mean` is still free)."""
         c, out = self.contract, self._completions(cut)
         out += [x for x in self.fields if x.startswith(cut) and x not in out and self.allows(x)]
         wanted = {o for g in unmet_ops(c, f.ops) for o in g}
         wanted |= {op for op, lo, _ in c.op_counts if f.ops.get(op, 0) < lo}
         call = next((fn for fn in FUNCTIONS if fn.startswith(cut) and ALIASES.get(fn, fn) in wanted
                      and self.allows(ALIASES.get(fn, fn) + "(")), None)
-        return out if call is None else [*out, call + "("]
+        if call is not None:
+            out.append(call + "(")
+        yield from out
+        yield from (fn + "(" for fn in FUNCTIONS if fn.startswith(cut) and fn + "(" not in out
+                    and self.allows(ALIASES.get(fn, fn) + "("))
 
     def _complies(self, formula: str) -> bool:
         ast = self.parsed(formula)
