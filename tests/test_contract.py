@@ -191,6 +191,21 @@ def test_a_cut_off_call_lives_while_any_call_it_can_become_is_allowed(cat):
     assert PrefixChecker().state(head + "ts_cor") == "open"               # control: the grammar keeps it
 
 
+def test_the_completion_search_finishes_a_cut_off_name_with_any_call_the_brief_allows(cat, monkeypatch):
+    """The closing search finishes `... + ts_` under "exactly one ts_corr", once used, through another call
+    (the parser's own choice, `ts_corr`, is used up). Control: given the parser's choices alone, it finds none,
+    and the answer would be cut at the cap."""
+    b = dict(id="t9", mechanism="volume_variability", horizon=63, input_rule="one_corr", structure="ranked",
+             forbidden="no_argext")
+    text = "<alpha>rank(ts_corr(close, volume, 18) / ts_std(returns, 15) + ts_"
+    ck = ContractChecker(compile_brief(b, cat, TOL), b, cat, TOL)
+    done = ck.completion(text)
+    assert done is not None and ck.state(text + done) == "done", done
+    assert check(b, parse((text + done)[len("<alpha>"):-len("</alpha>")]), cat, TOL).ok
+    monkeypatch.setattr(ContractChecker, "_search_names", PrefixChecker._search_names)
+    assert ContractChecker(compile_brief(b, cat, TOL), b, cat, TOL).completion(text) is None
+
+
 def test_cut_formulas_completed_under_random_briefs_comply(cat):
     """Fuzz: 1,000 drawn briefs x a random formula cut at a random point: whenever the checker keeps the
     prefix and completes it, the answer passes every hard check of its brief (with the witness variants

@@ -161,6 +161,13 @@ class ContractChecker(PrefixChecker):
         yield from (fn + "(" for fn in FUNCTIONS if fn.startswith(cut) and fn + "(" not in out
                     and self.allows(ALIASES.get(fn, fn) + "("))
 
+    def _search_names(self, name: str) -> list[str]:
+        # a call the name can become may have used up its count (`ts_corr` under "exactly one ts_corr"): the
+        # completion search tries the others too, after the parser's own choices
+        out = self._completions(name)
+        return out + [fn + "(" for fn in FUNCTIONS if fn.startswith(name) and fn + "(" not in out
+                      and self.allows(ALIASES.get(fn, fn) + "(")]
+
     def _complies(self, formula: str) -> bool:
         ast = self.parsed(formula)
         if ast is None:

@@ -187,7 +187,7 @@ class PrefixChecker:
                 if out.endswith(CLOSE[:k]) and self.state(out + CLOSE[k:]) == "done":
                     return out + CLOSE[k:]
             m = partial_name(out)
-            names = [(out[: m.start()] + c, "") for c in self._completions(m.group(0).lower())] if m else []
+            names = [(out[: m.start()] + c, "") for c in self._search_names(m.group(0).lower())] if m else []
             # a bare digit or operator character only finishes a token cut in half ('1.', '1e-', '|'), and
             # an operand after the same operand is a loop
             half = half_token(out)
@@ -276,6 +276,11 @@ class PrefixChecker:
             return whole != formula and self._parses_to_end(whole)
         head, name = formula[: m.start()], m.group(0).lower()
         return any(self._parses_to_end(head + c) for c in self._completions(name))
+
+    def _search_names(self, name: str) -> list[str]:
+        """The ways the completion search finishes a cut-off name: `_completions` here (to the parser, which
+        call a name becomes does not matter); a brief's checker adds every other call it allows."""
+        return self._completions(name)
 
     def _completions(self, name: str) -> list[str]:
         """One field-like and one call-like completion of a cut-off name (which one does not matter to the
