@@ -5,7 +5,7 @@ headline columns, and its paired difference from its parent rung with the interv
 
 Starts `mlflow server` on the project's store, finds the rungs' parent runs through the REST API, opens the
 compare view in headless Chromium (Debian's `chromium`) driven by Playwright, and sets the view up as a user
-would: the parallel-coordinates plot on the holdout score's mean and sd and the paired difference, the
+would: the parallel-coordinates plot on the holdout score's mean and sd and the headline columns, the
 parameters table on "Show diff only" (the recipe keys in which the rungs differ), the metrics table scrolled
 to the holdout score's rows. Nothing on the page is edited; what the UI shows is what the PNG shows.
 
@@ -28,7 +28,9 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-METRICS = ("holdout_score_mean", "holdout_score_sd", "vs_parent", "holdout_effective_bets_mean",
+# the plot's axes: metrics every parent run carries (`vs_parent` only a rung with a parent in the ladder has;
+# it is in the metrics table)
+METRICS = ("holdout_score_mean", "holdout_score_sd", "holdout_effective_bets_mean", "archive_effective_bets_mean",
            "families_mean", "compliance_mean")
 
 
