@@ -124,7 +124,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.plot_only:
         rows = json.loads((ROOT / "benchmarks" / "results" / "scale.json").read_text())
-        print(f"figure: {plot(rows, ROOT / 'docs' / 'img' / 'bench_scale.png')}")
+        print(f"figure: {plot(rows, ROOT / 'docs' / 'img' / 'bench_scale.png').relative_to(ROOT)}")
         return 0
     if args.one:
         print(json.dumps(one(args.one, args.repeats, args.load)))
@@ -147,7 +147,7 @@ def main() -> int:
     out = ROOT / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
     (out / "scale.json").write_text(json.dumps(rows, indent=1))
-    print(f"figure: {plot(rows, ROOT / 'docs' / 'img' / 'bench_scale.png')}")
+    print(f"figure: {plot(rows, ROOT / 'docs' / 'img' / 'bench_scale.png').relative_to(ROOT)}")
     print("\n| stocks | condition | evaluator 1 thread | evaluator 2 threads | pandas | ours (best threads) vs pandas "
           "| scoring R3 off | scoring R3 on (3 worlds) | R3 on vs pandas | peak RSS | panel arrays |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
