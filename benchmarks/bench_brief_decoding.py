@@ -57,7 +57,7 @@ def compliant(answer: str, brief: dict, cat, tol: float) -> bool | None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--results", type=Path, default=None, help="a results folder (default: params' paths.results)")
     ap.add_argument("--briefs", type=Path, default=None,

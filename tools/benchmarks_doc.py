@@ -186,7 +186,8 @@ FIGURES = (
            "≤ 1.3×", "brief_decoding.txt", "python benchmarks/bench_brief_decoding.py --rounds 12", None,
            _brief_decoding),
     Figure("the brief decoder's judging of one candidate token at a prefix of 60 tokens against one of 10, fresh "
-           "checker each round (under load: a DAG's RL trainings and a test suite on the same 2 cores)", "≤ 1.2×", "token_judge.txt",
+           "checker each round (under load: a DAG's RL trainings and a test suite on the same 2 cores)", "≤ 1.2×",
+           "token_judge.txt",
            "python benchmarks/bench_token_judge.py --rounds 12", None,
            lambda t: f"{ratio(kv('token_judge_ratio_median'), kv('token_judge_ratio_p90'))(t)}; "
                      f"{float(kv('token_judge_10_median_us')(t)):.0f} µs against "

@@ -31,7 +31,7 @@ from alphagym.rl.checkpoints import at_checkpoint, sft_base  # noqa: E402
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sft", type=Path, required=True, help="the SFT policy folder")
     ap.add_argument("--checkpoint", type=Path, default=None, help="an RL checkpoint on it (default: the SFT policy)")
     ap.add_argument("--briefs", type=int, default=100)

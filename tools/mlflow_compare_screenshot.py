@@ -6,8 +6,9 @@ headline columns, and its paired difference from its parent rung with the interv
 Starts `mlflow server` on the project's store, finds the rungs' parent runs through the REST API, opens the
 compare view in headless Chromium (Debian's `chromium`) driven by Playwright, and sets the view up as a user
 would: the parallel-coordinates plot on the holdout score's mean and sd and the headline columns, the
-parameters table on "Show diff only" (the recipe keys in which the rungs differ), the metrics table scrolled
-to the holdout score's rows. Nothing on the page is edited; what the UI shows is what the PNG shows.
+parameters table on "Show diff only" (the recipe keys in which the rungs differ), the metrics table's first
+rows in view. Nothing on the page is edited; what the UI shows is what the PNG shows. `--experiment`: the
+profile's MLflow experiment (`tracking.experiment`: `alphagym`, or e.g. `alphagym-marginal`).
 
     .venv/bin/pip install -e '.[docs]'   # playwright (no browser download: it drives /usr/bin/chromium)
     .venv/bin/python tools/mlflow_compare_screenshot.py --store results/mlflow/mlflow.db \
@@ -80,7 +81,7 @@ def _pick(page, box: int, names: list[str]) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--store", default="results/mlflow/mlflow.db")
     ap.add_argument("--experiment", default="alphagym")
     ap.add_argument("--out", default="docs/img/mlflow_compare.png")
