@@ -39,7 +39,7 @@ def test_bad_input_is_one_line(argv, says, capsys, monkeypatch, root):
     assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err, err
 
 
-def test_bad_input_is_refused_before_torch_loads(root):
+def test_bad_input_is_refused_before_torch_loads(root, tmp_path):
     """A malformed option or brief is refused before the policy's libraries are imported (a second, not the
     several that torch and transformers take). Control: a good brief does import them, so the check can fail."""
     import subprocess
@@ -55,8 +55,12 @@ def test_bad_input_is_refused_before_torch_loads(root):
 
     assert run(["propose", *FIELDS, "-k", "0"]) == "2 False False"
     assert run(["propose", "--mechanism", "nonsense", *FIELDS[2:]]) == "2 False False"
-    # control: a good brief reaches the policy (and stops there: the checkpoint named is no folder)
-    assert run(["propose", *FIELDS, "--checkpoint", "NOT_A_FOLDER"]).split()[1:] == ["True", "True"]
+    assert run(["propose", *FIELDS, "--checkpoint", "NOT_A_FOLDER"]) == "2 False False"     # no such folder
+    # control: a folder that looks like a policy is loaded (and fails there: its metadata is empty)
+    fake = tmp_path / "policy"
+    fake.mkdir()
+    (fake / "alphagym_policy.json").write_text("{}")
+    assert run(["propose", *FIELDS, "--checkpoint", str(fake)]).split()[1:] == ["True", "True"]
 
 
 def test_briefs_from_fields_text_and_file(tmp_path):

@@ -237,7 +237,14 @@ def cmd_score(args: argparse.Namespace) -> int:
 def cmd_propose(args: argparse.Namespace) -> int:
     from alphagym.briefs.catalogue import load_catalogue
     from alphagym.pipeline import stage_table, verifier_inputs
-    from alphagym.propose.front import FIELDS, MAX_K, brief_from_fields, brief_from_text, read_brief_file
+    from alphagym.propose.front import (
+        FIELDS,
+        MAX_K,
+        brief_from_fields,
+        brief_from_text,
+        policy_folder,
+        read_brief_file,
+    )
 
     params = _params(args)
     cat = load_catalogue()
@@ -255,6 +262,9 @@ def cmd_propose(args: argparse.Namespace) -> int:
     briefs = (read_brief_file(Path(args.briefs), cat) if args.briefs
               else [brief_from_fields(cat, fields)] if fields else [brief_from_text(cat, args.brief)])
     table = stage_table(params)
+    shipped, sft = Path(table["report"].outs["adapter"]), Path(table[f"sft@{params.rl.policy}"].outs["policy"])
+    checkpoint = Path(args.checkpoint) if args.checkpoint else None
+    policy_folder(shipped, sft, checkpoint)          # a missing policy is named before the model libraries load
     # the policy and the verifier import torch and transformers (seconds): only once the input is known good
     from transformers.utils import logging as hf_logging
 
@@ -266,9 +276,7 @@ def cmd_propose(args: argparse.Namespace) -> int:
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
-        policy, source = load_proposer(params, Path(table["report"].outs["adapter"]),
-                                       Path(table[f"sft@{params.rl.policy}"].outs["policy"]),
-                                       Path(args.checkpoint) if args.checkpoint else None)
+        policy, source = load_proposer(params, shipped, sft, checkpoint)
     finally:
         if bars:
             hf_logging.enable_progress_bar()

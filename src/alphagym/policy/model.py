@@ -24,6 +24,7 @@ from alphagym.errors import ArtifactError, PolicyError
 from alphagym.params import Decoding
 from alphagym.params import Limits as LimitsParams
 from alphagym.params import Policy as PolicyParams
+from alphagym.policy import META
 from alphagym.policy.backends import (
     base_fingerprint,
     load_hf,
@@ -36,7 +37,6 @@ from alphagym.policy.grammar import Trace
 from alphagym.policy.sampling import Sampling
 from alphagym.policy.scoring import Scoring
 
-META = "alphagym_policy.json"
 SYSTEM_PROMPT = ("You design equity alphas. Answer with one formula in the alpha DSL inside <alpha>...</alpha>, "
                  "e.g. <alpha>rank(ts_std(volume, 20) / ts_mean(volume, 20))</alpha>.")
 

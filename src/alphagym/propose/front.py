@@ -12,7 +12,8 @@ from typing import Any
 
 from alphagym.briefs.catalogue import CHECKS, FIELD_PART, FIELDS, Catalogue
 from alphagym.briefs.generate import contradicts, json_object, read_fields, read_text, render
-from alphagym.errors import BriefError
+from alphagym.errors import BriefError, PolicyError
+from alphagym.policy import META
 
 # catalogue fields of a brief given as options; risk is not checked (it only words the brief)
 # the most answers `propose` samples a brief: a minute or so of the tiny policy on 2 cores, and every answer is
@@ -90,3 +91,21 @@ def brief_from_text(cat: Catalogue, text: str) -> dict[str, Any]:
     if all(k in fields for k in CHECKS):
         return {**brief_from_fields(cat, fields), "asked_as": text.strip()}
     return {"text": text.strip(), "read": fields, "unread": [k for k in unread if k in CHECKS]}
+
+
+def policy_folder(shipped: Path, sft_folder: Path, checkpoint: Path | None = None) -> Path:
+    """The folder `propose` loads its policy from, checked before any model library is imported: `checkpoint`
+    when given, else the shipped adapter (`shipped`), or the SFT policy (`sft_folder`) when the report shipped
+    step 0 (a model card without an adapter). A missing folder, or one without a policy's metadata file, is a
+    PolicyError naming it."""
+    folder = Path(checkpoint) if checkpoint is not None else Path(shipped)
+    if not folder.is_dir():
+        if checkpoint is not None:
+            raise PolicyError(f"{folder} is not a folder (give a checkpoint or policy folder)")
+        raise PolicyError(f"no shipped policy at {folder}: run the pipeline through `alphagym report` (`make run`; "
+                          "after `make smoke`, add --set profile=smoke to this command), or give --checkpoint DIR")
+    if checkpoint is None and not (folder / META).is_file() and (folder / "README.md").is_file():
+        folder = Path(sft_folder)       # the report ships no adapter when `probe.selector` picked step 0
+    if not (folder / META).is_file():
+        raise PolicyError(f"{folder} is not a policy or checkpoint folder (no {META})")
+    return folder

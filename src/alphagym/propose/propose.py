@@ -37,7 +37,9 @@ from alphagym.dsl.parser import parse
 from alphagym.dsl.printer import plain
 from alphagym.errors import BriefError, PolicyError
 from alphagym.params import Params
-from alphagym.policy.model import META, Policy, load_policy, set_decoding
+from alphagym.policy import META
+from alphagym.policy.model import Policy, load_policy, set_decoding
+from alphagym.propose.front import policy_folder
 from alphagym.rl.checkpoints import at_checkpoint, sft_base
 from alphagym.verifier.verifier import Verifier
 
@@ -50,19 +52,8 @@ def load_proposer(params: Params, shipped: Path, sft_folder: Path, checkpoint: P
     `checkpoint`: an RL checkpoint folder (put on that SFT policy) or a saved policy (an SFT policy). A
     folder that is neither is a PolicyError naming it."""
     tol = params.briefs.horizon_tolerance
-    folder = Path(checkpoint) if checkpoint is not None else Path(shipped)
-    if not folder.is_dir():
-        if checkpoint is not None:
-            raise PolicyError(f"{folder} is not a folder (give a checkpoint or policy folder)")
-        raise PolicyError(f"no shipped policy at {folder}: run the pipeline through `alphagym report` (`make run`; "
-                          "after `make smoke`, add --set profile=smoke to this command), or give --checkpoint DIR")
+    folder = policy_folder(shipped, sft_folder, checkpoint)
     meta_path = folder / META
-    if checkpoint is None and not meta_path.is_file() and (folder / "README.md").is_file():
-        # the report ships no adapter when `probe.selector` picked step 0 (the SFT policy itself)
-        folder = sft_folder
-        meta_path = folder / META
-    if not meta_path.is_file():
-        raise PolicyError(f"{folder} is not a policy or checkpoint folder (no {META})")
     try:
         meta = json.loads(meta_path.read_text())
     except (OSError, ValueError) as exc:
