@@ -158,15 +158,18 @@ class ContractChecker(PrefixChecker):
         if call is not None:
             out.append(call + "(")
         yield from out
-        yield from (fn + "(" for fn in FUNCTIONS if fn.startswith(cut) and fn + "(" not in out
-                    and self.allows(ALIASES.get(fn, fn) + "("))
+        yield from self._other_calls(cut, out)
+
+    def _other_calls(self, cut: str, given: list[str]) -> Iterator[str]:
+        """The calls (`op(`) a cut-off name can become that the brief allows, but those in `given`."""
+        return (fn + "(" for fn in FUNCTIONS if fn.startswith(cut) and fn + "(" not in given
+                and self.allows(ALIASES.get(fn, fn) + "("))
 
     def _search_names(self, name: str) -> list[str]:
         # a call the name can become may have used up its count (`ts_corr` under "exactly one ts_corr"): the
         # completion search tries the others too, after the parser's own choices
         out = self._completions(name)
-        return out + [fn + "(" for fn in FUNCTIONS if fn.startswith(name) and fn + "(" not in out
-                      and self.allows(ALIASES.get(fn, fn) + "(")]
+        return out + list(self._other_calls(name, out))
 
     def _complies(self, formula: str) -> bool:
         ast = self.parsed(formula)
