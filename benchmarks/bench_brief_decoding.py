@@ -1,19 +1,19 @@
-"""Brief-constrained sampling of one RL batch against the grammar-only sampler, with the tiny SFT policy,
-alternating in one process, one torch thread (a rung's budget at 1:1). Three sides, each writing the default
-recipe's batch (4 filtered briefs x 8 answers, at most 64 new tokens) with the same seed: `grammar` (the
-grammar-only sampler, untraced), `grammar_traced` (the same, recording each draw's refused tokens for the
-restricted log-probabilities, as the RL trainer samples) and `brief` (each brief's contract, traced, as the
-RL trainer samples under `policy.decoding: brief`). Each round takes the next 4 briefs, its own seed and
-fresh checkers (a rung meets new texts at every step). Reported: medians and p90 of the seconds a batch, the
-per-round ratios brief / grammar and brief / grammar_traced, and the share of valid answers that pass every
-hard check of their brief on each side (train-window validity is not scored here: a parseable formula
-counts), the watch searches a batch, `forced_late` (completions forced with fewer tokens left than their
-text needs: cut at the cap), `forced_lacking` (answers still lacking a requirement of their brief when their
-completion was forced: the decoder wrote it) and `growth_max` (`policy.grammar`: the most one written token
-grew a row's completion between two searches of it). `--dense-watch` searches a watched row at every token (no
-spacing), which is how the growth bound `grammar.GROWTH` is observed; its timings are not the decoder's. Needs
-the pipeline's SFT policy and filtered briefs (`make run` up to `filter`; `--briefs` names another brief
-file, e.g. the training briefs).
+"""Brief-constrained sampling of one RL batch against the grammar-only sampler, with the tiny SFT policy, alternating
+in one process, one torch thread (a rung's budget at 1:1). Three sides, each writing the default recipe's batch (4
+filtered briefs x 8 answers, at most 64 new tokens) with the same seed: `grammar` (the grammar-only sampler,
+untraced), `grammar_traced` (the same, recording each draw's refused tokens for the restricted log-probabilities,
+as the RL trainer samples) and `brief` (each brief's contract, traced, as the RL trainer samples under
+`policy.decoding: brief`). Each round takes the next 4 briefs, its own seed and fresh checkers (a rung meets new
+texts at every step). Reported: medians and p90 of the seconds a batch, the per-round ratios brief / grammar and
+brief / grammar_traced, and the share of valid answers that pass every hard check of their brief on each side
+(train-window validity is not scored here: a parseable formula counts), the watch searches a batch, `forced_late`
+(completions forced with fewer tokens left than their text needs: cut at the cap), `forced_lacking` (answers still
+lacking a requirement of their brief when their completion was forced: the decoder wrote it), `growth_max`
+(`policy.grammar`: the most one written token grew a row's completion between two searches of it) and
+`lacking_completion_max` (the longest completion found for a row lacking a requirement: `grammar.LACK_ROOM` must
+hold it). `--dense-watch` searches a watched row at every token (no spacing), which is how the growth bound
+`grammar.GROWTH` is observed; its timings are not the decoder's. Needs the pipeline's SFT policy and filtered
+briefs (`make run` up to `filter`; `--briefs` names another brief file, e.g. the training briefs).
 
 `--answers FILE` writes every side's answers, a JSON line a round and side, so that two checkouts can be shown
 to sample the same bytes for the same seeds (`cmp` of the two files).
@@ -86,7 +86,7 @@ def main() -> int:
     kept: dict[str, list[bool]] = {s: [] for s in SIDES}
     searches: dict[str, list[float]] = {s: [] for s in SIDES}
     late, lacking = dict.fromkeys(SIDES, 0.0), dict.fromkeys(SIDES, 0.0)
-    growth = dict.fromkeys(SIDES, 0.0)
+    growth, lacking_max = dict.fromkeys(SIDES, 0.0), dict.fromkeys(SIDES, 0)
     for r in range(args.rounds):
         batch = [briefs[(r * k + i) % len(briefs)] for i in range(k)]
         order = list(SIDES) if r % 2 == 0 else list(reversed(SIDES))
@@ -99,6 +99,7 @@ def main() -> int:
             times[side].append(time.perf_counter() - t0)
             searches[side].append(policy.decode_stats.get("watch_searches", 0))
             growth[side] = max(growth[side], policy.decode_stats.get("growth_max", 0.0))
+            lacking_max[side] = max(lacking_max[side], policy.decode_stats.get("lacking_completion_max", 0))
             late[side] += policy.decode_stats.get("forced_late", 0)
             lacking[side] += policy.decode_stats.get("forced_lacking", 0)
             written.append(json.dumps({"round": r + 1, "side": side, "answers": out}))
@@ -113,6 +114,8 @@ def main() -> int:
         print(f"brief_decoding_{s}_compliant_share={np.mean(kept[s]):.3f}  ({len(kept[s])} parseable answers)")
         print(f"brief_decoding_{s}_watch_searches_median={np.median(searches[s]):.0f}")
         print(f"brief_decoding_{s}_growth_max={growth[s]:.2f}")
+        print(f"brief_decoding_{s}_lacking_completion_max={lacking_max[s]}  (the longest completion found for a row "
+              "lacking a requirement, in tokens with the end token: what grammar.LACK_ROOM must hold)")
         print(f"brief_decoding_{s}_forced_late={late[s]:.0f}  (completions longer than the tokens left)")
         print(f"brief_decoding_{s}_forced_lacking={lacking[s]:.0f}  (answers whose brief requirement the decoder "
               f"wrote, of {args.rounds * k * n})")

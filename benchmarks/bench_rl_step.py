@@ -19,6 +19,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -30,9 +31,11 @@ from common import ROOT
 PARTS = ("time/generation", "time/scoring", "time/reference", "time/update")
 
 
-def run(params, rung: str, warmup: int, steps: int) -> dict:
+def run(params, rung: str, warmup: int, steps: int, sft: Path | None = None) -> dict:
     key = f"train@{rung}"
     deps = stage_table(params)[key].paths("deps")
+    if sft is not None:
+        deps["policy"] = sft
     t0 = time.perf_counter()
     trainer = build_trainer(params, deps, rung, None)
     setup = time.perf_counter() - t0
@@ -62,6 +65,10 @@ def main() -> int:
     ap.add_argument("--budgets", default="2:2,2:1,1:1",
                     help="torch:numba thread budgets to measure, comma-separated (first one is reported last)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--sft", action="append", type=Path, default=[], metavar="DIR",
+                    help="an SFT policy folder to train from instead of the stage table's, e.g. another size's "
+                         "(profile `capacity`); given twice or more, each is measured in turn at the first budget, "
+                         "on the same briefs, archive and worlds, and the step's ratio to the first is printed")
     ap.add_argument("--sampling", choices=("merged", "adapter"), default="merged",
                     help="merged: what the trainer does (Policy.sampling_model); adapter: sample through the "
                          "unmerged adapter, the reference")
@@ -84,6 +91,8 @@ def main() -> int:
     print(f"rung {rung} on {base.rl.policy}: {recipe.briefs_per_step} x {recipe.answers_per_brief} = {n} answers, "
           f"max {recipe.max_new_tokens} new tokens, {recipe.updates_per_batch} update passes, "
           f"loss {recipe.loss}, R3 {'on' if base.verifier.jepa_stress.enabled else 'off'}")
+    if args.sft:
+        return compare_policies(args, recipe.steps)
     results = {}
     for budget in args.budgets.split(","):
         t, nb = budget.split(":")
@@ -100,6 +109,28 @@ def main() -> int:
     print(f"rl_step_cache_hit_rate={first['cache_hit_rate']:.3f}")
     hours = first["step_time"][0] * recipe.steps / 3600
     print(f"projected_rung_hours={hours:.2f} ({recipe.steps} steps at the median)")
+    return 0
+
+
+def compare_policies(args, steps: int) -> int:
+    """Each `--sft` policy's step at the first budget, in turn in this process (same rung, seed and inputs)."""
+    t, nb = args.budgets.split(",")[0].split(":")
+    params = load_params(ROOT / "params.yaml", [*args.set, f"rl.recipe.torch_threads={t}",
+                                                f"rl.recipe.numba_threads={nb}"])
+    first = None
+    for i, sft in enumerate(args.sft):
+        size = json.loads((sft / "config.json").read_text())
+        print(f"policy {sft}: hidden {size.get('hidden_size')}, layers {size.get('num_hidden_layers')}; "
+              f"torch {t} threads, numba {nb}:")
+        out = run(params, args.rung or next(iter(params.rl.rungs)), args.warmup, args.steps, sft)
+        first = first or out
+        for k in ("step_time", *PARTS):
+            name = k.replace("time/", "")
+            print(f"rl_step_policy{i}_{name}_median={out[k][0]:.3f}")
+            print(f"rl_step_policy{i}_{name}_p90={out[k][1]:.3f}")
+        print(f"rl_step_policy{i}_completions_mean_length={out['completions_mean_length']:.1f}")
+        print(f"rl_step_policy{i}_over_policy0_median={out['step_time'][0] / first['step_time'][0]:.2f}")
+        print(f"projected_rung_hours_policy{i}={out['step_time'][0] * steps / 3600:.2f} ({steps} steps)")
     return 0
 
 

@@ -357,10 +357,10 @@ def _tiny(max_new_tokens: int, texts: list[str]):
 
 
 def test_the_watch_spacing_under_briefs_writes_what_a_search_at_every_token_writes(cat, monkeypatch):
-    """A row lacking a requirement of its brief is watched from a quarter of the budget on, spaced by the
-    completion's growth bound (`grammar.GROWTH`) like any other row: an untrained policy, which rambles into
-    the watch on most answers, writes the same answers under briefs of different contracts as with a search
-    at every token, with fewer searches."""
+    """A row lacking a requirement of its brief is watched once `grammar.LACK_ROOM` tokens are left (here, at 96
+    tokens, from half the budget), spaced by the completion's growth bound (`grammar.GROWTH`) like any other row:
+    an untrained policy, which rambles into the watch on most answers, writes the same answers under briefs of
+    different contracts as with a search at every token, with fewer searches."""
     import alphagym.policy.grammar as grammar
 
     train, _, _ = generate(cat, Briefs(train=24, holdout=8, holdout_family_share=0.15, horizon_tolerance=TOL), 5)
@@ -380,6 +380,33 @@ def test_the_watch_spacing_under_briefs_writes_what_a_search_at_every_token_writ
     assert stats_spaced["forced_late"] == 0          # forced while it fits: none cut at the cap
     assert searches[1] > 2 * searches[0] > 0, (searches, growth)
     assert 0 < growth[1] <= bound, growth                    # the bound held at every token
+
+
+def test_a_row_lacking_a_requirement_is_first_watched_when_lack_room_tokens_are_left(cat, monkeypatch):
+    """At a 64-token budget a row lacking a requirement is first searched with `LACK_ROOM` (40) tokens left, at
+    its 24th token, not at a quarter of the budget (16), and every completion still fits (`forced_late` 0),
+    the longest lacking row's within `LACK_ROOM`. Control: `LACK_ROOM` = 48, watched from the 16th token."""
+    import alphagym.policy.grammar as grammar
+
+    train, _, _ = generate(cat, Briefs(train=24, holdout=8, holdout_family_share=0.15, horizon_tolerance=TOL), 5)
+    pol = _tiny(64, [b["text"] for b in train])
+    set_decoding(pol, "brief", load_params().dsl.limits, TOL)
+    first: list[int] = []
+    watch = grammar.GrammarSampler._watch
+    monkeypatch.setattr(grammar.GrammarSampler, "_watch",
+                        lambda self, b, row, text: (first.append(len(row)), watch(self, b, row, text))[1])
+
+    def earliest(room: int) -> int:
+        monkeypatch.setattr(grammar, "LACK_ROOM", room)
+        first.clear()
+        pol.decode_stats.clear()
+        pol.generate(train[:12], n=2, temperature=1.0, seed=1)
+        return min(first)
+
+    assert earliest(40) == 24
+    assert pol.decode_stats["forced_late"] == 0 and pol.decode_stats["forced"] > 0
+    assert 0 < pol.decode_stats["lacking_completion_max"] <= grammar.LACK_ROOM
+    assert earliest(48) == 16                                   # control: a quarter of the budget
 
 
 def test_forced_late_counts_the_answers_cut_at_the_cap_and_forced_lacking_the_requirements_written(cat):

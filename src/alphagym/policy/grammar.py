@@ -30,12 +30,13 @@ search that leaves `slack` ≤ GROWTH tokens forces the completion there, while 
 grow it past what is left), and one that leaves more is followed by the next `slack // (GROWTH + 1)` tokens
 later (at least 1), before the slack can have fallen to GROWTH; `watch_searches` counts the searches, and
 `forced_late` the completions forced whose text needs more tokens than are left (cut at the cap, invalid: the
-bound failed, or no completion was found until the closing phase). A row lacking a requirement of
-its brief (`PrefixChecker.lacks`) is watched from a quarter of the budget on, any other from half. No
-search is needed while the completion found last still finishes the answer (as it stands, or less what the
-model wrote of it) with slack to spare: its length bounds the shortest one's (`_still_completes`, one state
-check). A search that finds nothing has run its whole budget (about 0.2 s): after each such miss in a row
-the wait before the next doubles, up to 16 times the spacing.
+bound failed, or no completion was found until the closing phase). A row lacking a requirement of its brief
+(`PrefixChecker.lacks`) is watched once `LACK_ROOM` tokens are left (between a quarter and half of the budget),
+while its completion, a witness in it, still fits; any other from half. No search is needed while the completion
+found last still finishes the answer (as it stands, or less what the model wrote of it) with slack to spare: its
+length bounds the shortest one's (`_still_completes`, one state check). A search that finds nothing has run its
+whole budget (about 0.2 s): after each such miss in a row the wait before the next doubles, up to 16 times the
+spacing.
 
 Under a brief's node limit (`compact`: fewer than 20 nodes) the prefix rules count only the nodes sure to be
 in the parse, a lower bound: `- ( - (` adds none, yet whatever fills it brings a `neg` each. An answer can so
@@ -59,6 +60,10 @@ from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 from alphagym.dsl.prefix import PrefixChecker
 
 GROWTH = 10         # the most tokens one written token has added to an answer's completion (module docstring)
+# a row lacking a requirement of its brief is first watched with this many tokens left, so that its completion
+# (closing and a witness) still fits: at most 31 tokens with the end token over the brief benchmark's 12 rounds
+# (`lacking_completion_max` of `python benchmarks/bench_brief_decoding.py`; a test holds it on an untrained policy)
+LACK_ROOM = 40
 NODE_GROWTH = 4     # the most nodes one written token can add to what a node-limited answer needs (`adv20`: 4)
 NODE_WATCH_FROM = 2  # a node-limited row's first node watch, in answer tokens
 DENSE_WATCH = False  # a search at each token of a watched row (how GROWTH is observed: benchmarks, tests)
@@ -120,8 +125,10 @@ class GrammarSampler:
         self.max_new_tokens = max_new_tokens
         self.closing_from = max_new_tokens - max(8, max_new_tokens // 4) if max_new_tokens else 1 << 30
         self.watch_from = max_new_tokens // 2 if max_new_tokens else 1 << 30
-        # a brief's checker may need a whole witness to finish an answer: its rows are watched from a quarter
-        self.watch_early = max_new_tokens // 4 if max_new_tokens else 1 << 30
+        # a brief's checker may need a whole witness to finish an answer: a row lacking a requirement is watched
+        # once LACK_ROOM tokens are left (not before a quarter of the budget, not after half)
+        self.watch_early = (min(self.watch_from, max(max_new_tokens // 4, max_new_tokens - LACK_ROOM))
+                            if max_new_tokens else 1 << 30)
         self.forced: dict[int, list[int]] = {}       # batch row -> the completion's tokens still to write
         self.watch_at: dict[int, int] = {}           # batch row -> the answer length of its next watch search
         self.last: dict[int, tuple[str, str]] = {}   # batch row -> (its text, the completion last found for it)
@@ -131,7 +138,7 @@ class GrammarSampler:
         self.node_missed: dict[int, int] = {}        # batch row -> its node watches in a row that found nothing
         self.stats = {"draws": 0, "steered": 0, "rejections": 0, "dead_ends": 0, "forced": 0,
                       "forced_late": 0, "forced_lacking": 0, "watch_searches": 0, "growth_max": 0.0,
-                      "node_searches": 0, "forced_nodes": 0}
+                      "node_searches": 0, "forced_nodes": 0, "lacking_completion_max": 0}
         # token -> its own text when appending it is exact (ASCII, not an added token), else None; None
         # for the whole map when the tokenizer does not concatenate
         self.pieces: dict[int, str | None] | None = {} if concatenates(tokenizer) else None
@@ -199,6 +206,8 @@ class GrammarSampler:
             grew = (len(queue) - self.searched[b][1]) / (len(row) - self.searched[b][0])
             self.stats["growth_max"] = max(self.stats["growth_max"], grew)
         self.searched[b] = (len(row), len(queue))
+        if self.rows is not None and checker.lacks(text):      # what LACK_ROOM must hold
+            self.stats["lacking_completion_max"] = max(self.stats["lacking_completion_max"], len(queue))
         return queue
 
     def _still_completes(self, b: int, text: str) -> int | None:
