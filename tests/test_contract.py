@@ -409,6 +409,41 @@ def test_a_row_lacking_a_requirement_is_first_watched_when_lack_room_tokens_are_
     assert earliest(48) == 16                                   # control: a quarter of the budget
 
 
+def _chain_to_the_depth_limit(cat, monkeypatch, room: int) -> tuple[str, str, dict]:
+    """A model that writes ` - close` over and over under a brief it has not met: each operator puts one
+    more level over the whole formula, until no witness fits under the depth limit (16)."""
+    import alphagym.policy.grammar as grammar
+    from alphagym.briefs.checker import BriefContracts
+    from alphagym.policy.grammar import GrammarSampler
+
+    monkeypatch.setattr(grammar, "DEPTH_ROOM", room)
+    brief = {"mechanism": "reversal", "horizon": 5, "input_rule": "price_only", "structure": "standardised",
+             "forbidden": "no_conditionals", "risk": cat.ids("risks")[0]}
+    checker = BriefContracts(cat, TOL).checker({**brief, "text": render(cat, brief)})
+    train, _, _ = generate(cat, Briefs(train=24, holdout=8, holdout_family_share=0.15, horizon_tolerance=TOL), 5)
+    tok = _tiny(128, [b["text"] for b in train]).tokenizer
+    script = tok(" - close" * 64, add_special_tokens=False)["input_ids"]
+    row = tok("<alpha>close", add_special_tokens=False)["input_ids"]
+    s = GrammarSampler(tok, checker, max_new_tokens=128, rows=[checker])
+    while len(row) < 128 and (not row or row[-1] != tok.eos_token_id):
+        scores = torch.full((len(tok),), -1e9)
+        scores[script[len(row) % len(script)]] = 10.0
+        row.append(s.pick(0, row, scores))
+    text = tok.decode(row, skip_special_tokens=True)
+    return checker.state(text), text, s.stats
+
+
+def test_a_row_lacking_a_requirement_is_finished_while_a_witness_fits_under_the_depth_limit(cat, monkeypatch):
+    """An operator chain deepens its formula by a level an operator; once the formula is at the depth limit
+    no witness can be added over it, and an answer still lacking a requirement has no completion (the fuzz met
+    such answers writing blanks to the cap). The depth watch finishes it while its depth floor leaves
+    `DEPTH_ROOM` levels. Control: without it, the answer is still open at the cap, no completion found."""
+    state, text, stats = _chain_to_the_depth_limit(cat, monkeypatch, room=4)
+    assert state == "done" and stats["forced_depth"] == 1, (text, stats)
+    state, text, stats = _chain_to_the_depth_limit(cat, monkeypatch, room=-100)
+    assert state == "open" and stats["forced"] == 0 and stats["forced_depth"] == 0, (text, stats)
+
+
 def test_forced_late_counts_the_answers_cut_at_the_cap_and_forced_lacking_the_requirements_written(cat):
     """`forced_late` counts a forced completion whose text no longer fits the token budget, and such an answer
     is cut: with a budget too short for the briefs' witnesses (24 tokens), it is at most the answers cut, and

@@ -137,6 +137,25 @@ def test_hopeless_pieces_are_dead():
     assert skipped > 5000 and caught > 100, (skipped, caught)
 
 
+def test_a_constant_call_cut_short_at_the_depth_limit_is_dead():
+    """`ts_delta( 2` can only vary once an operator goes over the literal (`ts_delta( 2 - close, 5)`): at the
+    depth limit (16) there is no level left for it, so the prefix is dead, and no completion exists (the fuzz
+    met answers stuck there, writing blanks to the cap). One level higher it is open and completes. Controls: a
+    field in the same slot is open at the limit; a literal in a call it does not make constant (`rank(ts_delta(
+    close, 5) * 2`) is open."""
+    checker = PrefixChecker()
+    deep, room = OPEN + "rank(" * 14, OPEN + "rank(" * 13
+    assert checker.state(deep + "ts_delta(close, 5)" + ")" * 14 + CLOSE) == "done"     # the limit, met
+    for cut in ("ts_delta( 2", "ts_delta(( 2)", "ts_corr(close, 2"):
+        assert checker.state(deep + cut) == "dead", cut
+        assert checker.completion(deep + cut) is None
+        assert checker.state(room + cut) == "open", cut
+        done = checker.completion(room + cut)
+        assert done is not None and checker.state(room + cut + done) == "done", cut
+    assert checker.state(deep + "ts_delta( close") == "open"
+    assert checker.state(OPEN + "rank(" * 12 + "ts_delta(close, 5) * 2") == "open"
+
+
 if __name__ == "__main__":
     checker = PrefixChecker()
     GOLDEN.write_text("".join(json.dumps({"formula": f, "states": states(checker, f), "parse": outcome(f)}) + "\n"

@@ -119,6 +119,9 @@ class _Parser:
         # it must fit, or no completion can: an operator chain deepens its tree at every operator, so the
         # full parse's depth limit would otherwise be met only after the text has run into a dead end.
         self.outer = 0
+        # prefix mode: the deepest level a check reached (a subtree's depth plus what the enclosing unfinished
+        # nodes still add): a floor on the depth of every completion (`PrefixChecker.depth_floor`)
+        self.deepest = 0
 
     # -- helpers --
     def advance(self) -> None:
@@ -300,6 +303,8 @@ class _Parser:
                 if self.accept(")"):
                     break
                 if self.tok.kind == "end":       # cut short: the ')' is what is missing, not a ','
+                    if self.prefix:
+                        self.check_growth(low, args)
                     raise ParseError(f"missing ')' to close {tok.text}( opened at position {tok.pos}, found end "
                                      "of formula", self.tok.pos, self.text)
                 self.expect(",", "between arguments")
@@ -336,6 +341,8 @@ class _Parser:
             if len(self.tokens) > j and tuple(self.tokens[i:j]) == span:
                 self.i, self.tok = j, self.tokens[j]
                 self.memo[id(node)] = shape
+                if shape[0] + self.outer > self.deepest:    # checked when first parsed, in the same context
+                    self.deepest = shape[0] + self.outer
                 return node
         node = self.call(tok)
         self.finished.put(key, (node, self.i, tuple(self.tokens[i:self.i]), self.shape(node)))
@@ -353,9 +360,20 @@ class _Parser:
     def check_depth(self, d: int, tok: Token) -> None:
         """Prefix mode: a subtree of depth `d` (or a node about to be built over one), plus the least the
         enclosing unfinished nodes add, fits the depth limit."""
+        if self.prefix and d + self.outer > self.deepest:
+            self.deepest = d + self.outer
         if self.prefix and d + self.outer > self.limits.max_depth:
             more = f" with the {self.outer} levels the enclosing expressions still add" if self.outer else ""
             raise LimitError(f"expression depth exceeds {self.limits.max_depth}{more}", tok.pos, self.text)
+
+    def check_growth(self, low: str, args: list[tuple[Node | str, Token]]) -> None:
+        """Prefix mode, a call cut short after an argument: where its expression arguments so far make it
+        constant (`ts_delta(2`, `ts_corr(close, 2`), only an operator over the last one can still rescue it,
+        so that operator's level must fit the depth limit (at the limit, `ts_delta( 2` is dead, not open)."""
+        last, start = args[-1]
+        exprs = [a for a, _ in args if isinstance(a, Node)]
+        if isinstance(last, Node) and constant_arguments(ALIASES.get(low, low), exprs) is not None:
+            self.check_depth(self.shape(last)[0] + 1, start)
 
     def check_lookback(self, lb: int, tok: Token) -> None:
         """A finished subtree's lookback `lb`, plus the least the enclosing open calls will add, fits."""

@@ -338,6 +338,21 @@ class PrefixChecker:
             cut = end
         return head
 
+    def depth_floor(self, formula: str) -> int:
+        """The least depth any completion of the formula can have: the deepest level its prefix parse checked
+        (a subtree's depth plus the levels the enclosing unfinished nodes still add); 0 where it does not lex."""
+        try:
+            tokens = self._tokens(formula)
+        except DslError:
+            return 0
+        p = _Parser(formula, self.limits, prefix=True, unavailable=self.unavailable, tokens=tokens,
+                    finished=self.finished)
+        try:
+            p.parse()
+        except DslError:
+            pass
+        return p.deepest
+
     def _parses_to_end(self, formula: str) -> bool:
         try:
             self._prefix_parse(formula)

@@ -46,6 +46,13 @@ forced when the formula it finishes leaves `NODE_GROWTH` nodes or fewer (one mor
 that many: `adv20` is four); otherwise the next node watch comes `(room - NODE_GROWTH) // NODE_GROWTH` tokens
 later (at least 1), before the room can have fallen that far. `node_searches` counts these searches and
 `forced_nodes` the completions they forced. Rows without a node limit are not affected.
+
+Under the depth limit (16 levels) an operator chain puts a level over the whole formula at each operator, so an
+answer still lacking a requirement can reach the point where no witness fits over it: it then has no completion
+and writes blanks to the cap. A brief's row is therefore watched for its depth at every token, from the floor its
+prefix parse gives (`PrefixChecker.depth_floor`, one parse reusing the calls finished before): while it lacks a
+requirement and the floor leaves `DEPTH_ROOM` levels or fewer, its completion is searched and forced;
+`forced_depth` counts these.
 """
 
 from __future__ import annotations
@@ -66,6 +73,9 @@ GROWTH = 10         # the most tokens one written token has added to an answer's
 LACK_ROOM = 40
 NODE_GROWTH = 4     # the most nodes one written token can add to what a node-limited answer needs (`adv20`: 4)
 NODE_WATCH_FROM = 2  # a node-limited row's first node watch, in answer tokens
+# a row lacking a requirement is finished once its formula's depth floor (`PrefixChecker.depth_floor`) leaves
+# DEPTH_ROOM levels or fewer: a witness appended over the formula takes one, a written token up to three more
+DEPTH_ROOM = 4
 DENSE_WATCH = False  # a search at each token of a watched row (how GROWTH is observed: benchmarks, tests)
 # a traced draw judges the likeliest tokens until this share of the model's mass is judged, at most
 # TRACE_MAX of them (`GrammarSampler.refused`): the mass left unjudged bounds the error of the
@@ -136,9 +146,11 @@ class GrammarSampler:
         self.searched: dict[int, tuple[int, int]] = {}  # batch row -> (answer length, completion length) found last
         self.node_watch_at: dict[int, int] = {}      # batch row -> the answer length of its next node watch
         self.node_missed: dict[int, int] = {}        # batch row -> its node watches in a row that found nothing
+        self.depth_wait: dict[int, int] = {}         # batch row -> the answer length of its next depth watch
+        self.depth_missed: dict[int, int] = {}       # batch row -> its depth watches in a row that found nothing
         self.stats = {"draws": 0, "steered": 0, "rejections": 0, "dead_ends": 0, "forced": 0,
                       "forced_late": 0, "forced_lacking": 0, "watch_searches": 0, "growth_max": 0.0,
-                      "node_searches": 0, "forced_nodes": 0, "lacking_completion_max": 0}
+                      "node_searches": 0, "forced_nodes": 0, "lacking_completion_max": 0, "forced_depth": 0}
         # token -> its own text when appending it is exact (ASCII, not an added token), else None; None
         # for the whole map when the tokenizer does not concatenate
         self.pieces: dict[int, str | None] | None = {} if concatenates(tokenizer) else None
@@ -250,6 +262,8 @@ class GrammarSampler:
         if (b not in self.forced and self.checker_of(b).node_limited
                 and len(row) >= self.node_watch_at.get(b, NODE_WATCH_FROM)):
             self._watch_nodes(b, row)
+        if b not in self.forced and self.rows is not None and len(row) >= self.depth_wait.get(b, 0):
+            self._watch_depth(b, row)
         queue = self.forced.get(b)
         if queue and self._ok(row, queue[0], b=b):
             return queue.pop(0)
@@ -292,6 +306,22 @@ class GrammarSampler:
             self.stats["forced_nodes"] += 1
             return
         self.node_watch_at[b] = len(row) + max(1, ((room or 0) - NODE_GROWTH) // NODE_GROWTH)
+
+    def _watch_depth(self, b: int, row: list[int]) -> None:
+        """A depth watch of row `b` (module docstring): a row lacking a requirement whose formula leaves no more
+        than `DEPTH_ROOM` levels under the depth limit is finished now, while a witness still fits over it."""
+        checker, text = self.checker_of(b), self._text(row)
+        s = text.lstrip(" \t\n")
+        floor = checker.depth_floor(s[len("<alpha>"):]) if s.startswith("<alpha>") else 0
+        if floor < checker.limits.max_depth - DEPTH_ROOM or not checker.lacks(text):
+            return
+        queue = self._completion(b, row)
+        if queue is None:                # a search that found nothing ran its whole budget: back off
+            missed = self.depth_missed[b] = self.depth_missed.get(b, 0) + 1
+            self.depth_wait[b] = len(row) + (1 << min(missed, 4))
+            return
+        self._start_forcing(b, row, queue)
+        self.stats["forced_depth"] += 1
 
     def pick(self, b: int, row: list[int], keys: torch.Tensor, logits: torch.Tensor | None = None) -> int:
         """Row `b`'s next token after its answer tokens `row`: the next token of its forced completion,

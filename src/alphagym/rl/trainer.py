@@ -128,6 +128,8 @@ class Trainer:
             timing["decoding/forced_late"] = float(st.get("forced_late", 0))     # answers cut at the cap
             # answers under a node limit finished while a completion still fitted their nodes
             timing["decoding/forced_nodes"] = float(st.get("forced_nodes", 0))
+            # answers lacking a requirement finished while a witness still fitted under the depth limit
+            timing["decoding/forced_depth"] = float(st.get("forced_depth", 0))
             # answers whose brief requirement the decoder's completion wrote (the model had not)
             timing["decoding/forced_lacking"] = float(st.get("forced_lacking", 0))
             for check in CHECKS:         # ... and of those, the answers that lacked this check's requirement
