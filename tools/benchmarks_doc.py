@@ -182,7 +182,7 @@ FIGURES = (
                       f"grammar {ratio(kv('grammar_speedup_pick_median'), kv('grammar_speedup_pick_p90'))(t)}")),
     Figure("brief-constrained sampling of one default batch (32 answers, 1 torch thread, traced as the RL trainer "
            "samples) against the grammar-only sampler (untraced, then traced), alternating in one process (under "
-           "load: a DAG's RL trainings on the same 2 cores)",
+           "load: a DAG stage on the same 2 cores)",
            "≤ 1.3×", "brief_decoding.txt", "python benchmarks/bench_brief_decoding.py --rounds 12", None,
            _brief_decoding),
     Figure("the brief decoder's judging of one candidate token at a prefix of 60 tokens against one of 10, fresh "
