@@ -11,6 +11,13 @@ reference for `_prefill` and `_grouped_logits`, which run a repeated prompt once
 budget runs in a fresh trainer (same seed, so the same briefs and answers up to the thread-dependent float rounding).
 Last lines: `rl_step_<part>_<median|p90>=<seconds>` for the first budget, the mean share of answers whose score
 card came from the verifier's cache (`rl_step_cache_hit_rate`), and the projected rung hours.
+
+Sides compared in one process (`--sft` given more than once, or `--rungs`): each SFT policy under each rung, in
+turn at the first budget, on the same inputs and seed; `rl_step_side<i>_...` per side and its ratio to side 0.
+
+    python benchmarks/bench_rl_step.py --sft results/sft/tiny/policy --sft results/capacity/sft/tiny/policy \
+        --sft results/sft/tiny/policy --budgets 1:1          # two sizes, the first again last (drift)
+    python benchmarks/bench_rl_step.py --rungs cispo_repo,cispo_repo_grammar,cispo_repo --budgets 1:1
 """
 
 from __future__ import annotations
@@ -67,8 +74,11 @@ def main() -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--sft", action="append", type=Path, default=[], metavar="DIR",
                     help="an SFT policy folder to train from instead of the stage table's, e.g. another size's "
-                         "(profile `capacity`); given twice or more, each is measured in turn at the first budget, "
-                         "on the same briefs, archive and worlds, and the step's ratio to the first is printed")
+                         "(profile `capacity`); with several (or --rungs), each side is measured in turn at the "
+                         "first budget on the same briefs, archive and worlds, with its step's ratio to the first")
+    ap.add_argument("--rungs", default=None, metavar="R1,R2",
+                    help="rungs measured in turn as sides (e.g. cispo_repo,cispo_repo_grammar: brief decoding "
+                         "against the grammar alone)")
     ap.add_argument("--sampling", choices=("merged", "adapter"), default="merged",
                     help="merged: what the trainer does (Policy.sampling_model); adapter: sample through the "
                          "unmerged adapter, the reference")
@@ -91,8 +101,8 @@ def main() -> int:
     print(f"rung {rung} on {base.rl.policy}: {recipe.briefs_per_step} x {recipe.answers_per_brief} = {n} answers, "
           f"max {recipe.max_new_tokens} new tokens, {recipe.updates_per_batch} update passes, "
           f"loss {recipe.loss}, R3 {'on' if base.verifier.jepa_stress.enabled else 'off'}")
-    if args.sft:
-        return compare_policies(args, recipe.steps)
+    if args.sft or args.rungs:
+        return compare(args, recipe.steps)
     results = {}
     for budget in args.budgets.split(","):
         t, nb = budget.split(":")
@@ -112,25 +122,29 @@ def main() -> int:
     return 0
 
 
-def compare_policies(args, steps: int) -> int:
-    """Each `--sft` policy's step at the first budget, in turn in this process (same rung, seed and inputs)."""
+def compare(args, steps: int) -> int:
+    """Each side, in turn in this process at the first budget, on the same inputs and seed: every `--sft`
+    policy (else the stage table's) under every rung of `--rungs` (else `--rung`); ratios to the first side."""
     t, nb = args.budgets.split(",")[0].split(":")
     params = load_params(ROOT / "params.yaml", [*args.set, f"rl.recipe.torch_threads={t}",
                                                 f"rl.recipe.numba_threads={nb}"])
+    rungs = args.rungs.split(",") if args.rungs else [args.rung or next(iter(params.rl.rungs))]
+    sides = [(rung, sft) for sft in (args.sft or [None]) for rung in rungs]
     first = None
-    for i, sft in enumerate(args.sft):
-        size = json.loads((sft / "config.json").read_text())
-        print(f"policy {sft}: hidden {size.get('hidden_size')}, layers {size.get('num_hidden_layers')}; "
-              f"torch {t} threads, numba {nb}:")
-        out = run(params, args.rung or next(iter(params.rl.rungs)), args.warmup, args.steps, sft)
+    for i, (rung, sft) in enumerate(sides):
+        size = json.loads(((sft or stage_table(params)[f"train@{rung}"].paths("deps")["policy"]) / "config.json")
+                          .read_text())
+        print(f"side{i}: rung {rung}, policy {sft or 'of the stage table'}: hidden {size.get('hidden_size')}, "
+              f"layers {size.get('num_hidden_layers')}; torch {t} threads, numba {nb}:")
+        out = run(params, rung, args.warmup, args.steps, sft)
         first = first or out
         for k in ("step_time", *PARTS):
             name = k.replace("time/", "")
-            print(f"rl_step_policy{i}_{name}_median={out[k][0]:.3f}")
-            print(f"rl_step_policy{i}_{name}_p90={out[k][1]:.3f}")
-        print(f"rl_step_policy{i}_completions_mean_length={out['completions_mean_length']:.1f}")
-        print(f"rl_step_policy{i}_over_policy0_median={out['step_time'][0] / first['step_time'][0]:.2f}")
-        print(f"projected_rung_hours_policy{i}={out['step_time'][0] * steps / 3600:.2f} ({steps} steps)")
+            print(f"rl_step_side{i}_{name}_median={out[k][0]:.3f}")
+            print(f"rl_step_side{i}_{name}_p90={out[k][1]:.3f}")
+        print(f"rl_step_side{i}_completions_mean_length={out['completions_mean_length']:.1f}")
+        print(f"rl_step_side{i}_over_side0_median={out['step_time'][0] / first['step_time'][0]:.2f}")
+        print(f"projected_rung_hours_side{i}={out['step_time'][0] * steps / 3600:.2f} ({steps} steps)")
     return 0
 
 
