@@ -126,7 +126,9 @@ def compare(args, steps: int) -> int:
     """Each side, in turn in this process at the first budget, on the same inputs and seed: every `--sft`
     policy (else the stage table's) under every rung of `--rungs` (else `--rung`); ratios to the first side."""
     t, nb = args.budgets.split(",")[0].split(":")
-    params = load_params(ROOT / "params.yaml", [*args.set, f"rl.recipe.torch_threads={t}",
+    # the rungs compared join the ladder, so that the stage table has their training stages
+    ladder = [f"rl.ladder=[{','.join(dict.fromkeys(args.rungs.split(',')))}]"] if args.rungs else []
+    params = load_params(ROOT / "params.yaml", [*args.set, *ladder, f"rl.recipe.torch_threads={t}",
                                                 f"rl.recipe.numba_threads={nb}"])
     rungs = args.rungs.split(",") if args.rungs else [args.rung or next(iter(params.rl.rungs))]
     sides = [(rung, sft) for sft in (args.sft or [None]) for rung in rungs]

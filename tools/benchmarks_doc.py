@@ -205,6 +205,28 @@ FIGURES = (
            "python benchmarks/bench_rl_step.py --rung cispo_repo --set profile=smollm2 --steps 4 --warmup 1 "
            "--budgets 2:2",
            secs(kv("rl_step_step_time_median"), kv("rl_step_step_time_p90"))),
+    Figure("RL step of a brief rung (`cispo_repo`) against its grammar-only control (`cispo_repo_grammar`), one "
+           "process at 1:1 threads, the `marginal` run's SFT policy and inputs; then each one's generation",
+           "≤ 1.2×", "rl_step_brief_grammar.txt",
+           "python benchmarks/bench_rl_step.py --set profile=marginal --rungs cispo_repo,cispo_repo_grammar,"
+           "cispo_repo --budgets 1:1",
+           lambda t: f"{1 / float(kv('rl_step_side1_over_side0_median')(t)):.2f}×: "
+                     f"{float(kv('rl_step_side0_step_time_median')(t)):.2f} s "
+                     f"({float(kv('rl_step_side0_step_time_p90')(t)):.2f} s) against "
+                     f"{float(kv('rl_step_side1_step_time_median')(t)):.2f} s "
+                     f"({float(kv('rl_step_side1_step_time_p90')(t)):.2f} s); generation "
+                     f"{float(kv('rl_step_side0_generation_median')(t)):.2f} s against "
+                     f"{float(kv('rl_step_side1_generation_median')(t)):.2f} s"),
+    Figure("RL step of the default recipe from the `capacity` profile's SFT policy (hidden 192, 6 layers) against "
+           "the default size's (128, 4), one process at 1:1 threads", "about 3 s",
+           "rl_step_capacity.txt",
+           "python benchmarks/bench_rl_step.py --set profile=marginal --sft results/sft/tiny/policy "
+           "--sft results/capacity/sft/tiny/policy --sft results/sft/tiny/policy --budgets 1:1",
+           lambda t: f"{float(kv('rl_step_side1_over_side0_median')(t)):.2f}×: "
+                     f"{float(kv('rl_step_side1_step_time_median')(t)):.2f} s "
+                     f"({float(kv('rl_step_side1_step_time_p90')(t)):.2f} s) against "
+                     f"{float(kv('rl_step_side0_step_time_median')(t)):.2f} s "
+                     f"({float(kv('rl_step_side0_step_time_p90')(t)):.2f} s)"),
     Figure("the GPU check's path on the CPU, shrunk (`--cpu-smoke`): RL step", "",
            "gpu_check_cpu_smoke.txt", "bash benchmarks/gpu_check.sh --cpu-smoke",
            secs(kv("gpu_check_step_s_median"), kv("gpu_check_step_s_p90"))),
