@@ -15,8 +15,8 @@ card came from the verifier's cache (`rl_step_cache_hit_rate`), and the projecte
 Sides compared in one process (`--sft` given more than once, or `--rungs`): each SFT policy under each rung, in
 turn at the first budget, on the same inputs and seed; `rl_step_side<i>_...` per side and its ratio to side 0.
 
-    python benchmarks/bench_rl_step.py --sft results/sft/tiny/policy --sft results/capacity/sft/tiny/policy \
-        --sft results/sft/tiny/policy --budgets 1:1          # two sizes, the first again last (drift)
+    python benchmarks/bench_rl_step.py --rung cispo_repo --sft results/sft/tiny/policy \
+        --sft results/capacity/sft/tiny/policy --sft results/sft/tiny/policy --budgets 1:1   # first again last
     python benchmarks/bench_rl_step.py --rungs cispo_repo,cispo_repo_grammar,cispo_repo --budgets 1:1
 """
 
@@ -65,8 +65,8 @@ def run(params, rung: str, warmup: int, steps: int, sft: Path | None = None) -> 
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rung", default=None, help="rung of rl.rungs (default: the first)")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rung", default=None, help="a rung of rl.ladder (default: the ladder's first)")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--budgets", default="2:2,2:1,1:1",
@@ -95,14 +95,14 @@ def main() -> int:
 
         Policy.sampling_model = lambda self: self.model     # type: ignore[method-assign]
     base = load_params(ROOT / "params.yaml", args.set)
-    rung = args.rung or next(iter(base.rl.rungs))
+    rung = args.rung or base.rl.ladder[0]
     recipe = base.rl.recipe_of(rung)
     n = recipe.briefs_per_step * recipe.answers_per_brief
+    if args.sft or args.rungs:              # each side prints its own rung and policy
+        return compare(args, recipe.steps)
     print(f"rung {rung} on {base.rl.policy}: {recipe.briefs_per_step} x {recipe.answers_per_brief} = {n} answers, "
           f"max {recipe.max_new_tokens} new tokens, {recipe.updates_per_batch} update passes, "
           f"loss {recipe.loss}, R3 {'on' if base.verifier.jepa_stress.enabled else 'off'}")
-    if args.sft or args.rungs:
-        return compare(args, recipe.steps)
     results = {}
     for budget in args.budgets.split(","):
         t, nb = budget.split(":")
@@ -130,7 +130,7 @@ def compare(args, steps: int) -> int:
     ladder = [f"rl.ladder=[{','.join(dict.fromkeys(args.rungs.split(',')))}]"] if args.rungs else []
     params = load_params(ROOT / "params.yaml", [*args.set, *ladder, f"rl.recipe.torch_threads={t}",
                                                 f"rl.recipe.numba_threads={nb}"])
-    rungs = args.rungs.split(",") if args.rungs else [args.rung or next(iter(params.rl.rungs))]
+    rungs = args.rungs.split(",") if args.rungs else [args.rung or params.rl.ladder[0]]
     sides = [(rung, sft) for sft in (args.sft or [None]) for rung in rungs]
     first = None
     for i, (rung, sft) in enumerate(sides):

@@ -527,7 +527,8 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--input-rule", "--inputs", dest="input_rule", help="catalogue input rule id, e.g. price_only")
     pp.add_argument("--structure", help="catalogue structure id, e.g. ranked")
     pp.add_argument("--forbidden", help="catalogue constraint id, e.g. no_argext")
-    pp.add_argument("--risk", help="catalogue risk id (words the brief only; default: the catalogue's first)")
+    pp.add_argument("--risk", help="catalogue risk id: it changes the brief's wording only, no check reads it "
+                                    "(default: the catalogue's first)")
     pp.add_argument("--briefs", metavar="FILE", help="answer a file of briefs: one a line, text or JSON (a brief "
                                                      "record, or catalogue fields)")
     pp.add_argument("--checkpoint", metavar="DIR", help="an RL checkpoint or a saved policy folder (default: the "

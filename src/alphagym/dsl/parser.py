@@ -368,8 +368,10 @@ class _Parser:
 
     def check_growth(self, low: str, args: list[tuple[Node | str, Token]]) -> None:
         """Prefix mode, a call cut short after an argument: where its expression arguments so far make it
-        constant (`ts_delta(2`, `ts_corr(close, 2`), only an operator over the last one can still rescue it,
-        so that operator's level must fit the depth limit (at the limit, `ts_delta( 2` is dead, not open)."""
+        constant by `constant_arguments` (a time-series or cross-sectional call of literals, `ts_corr`/`ts_cov`
+        with one: `ts_delta(2`, `ts_corr(close, 2`), only an operator over the last one can still rescue it,
+        so that operator's level must fit the depth limit (at the limit, `ts_delta( 2` is dead, not open).
+        Elementwise calls a literal makes constant (`sign( 2`, `abs( 2`) are judged when they close."""
         last, start = args[-1]
         exprs = [a for a, _ in args if isinstance(a, Node)]
         if isinstance(last, Node) and constant_arguments(ALIASES.get(low, low), exprs) is not None:

@@ -32,7 +32,7 @@ later (at least 1), before the slack can have fallen to GROWTH; `watch_searches`
 `forced_late` the completions forced whose text needs more tokens than are left (cut at the cap, invalid: the
 bound failed, or no completion was found until the closing phase). A row lacking a requirement of its brief
 (`PrefixChecker.lacks`) is watched once `LACK_ROOM` tokens are left (between a quarter and half of the budget),
-while its completion, a witness in it, still fits; any other from half. No search is needed while the completion
+so that its completion, witness included, still fits; any other from half. No search is needed while the completion
 found last still finishes the answer (as it stands, or less what the model wrote of it) with slack to spare: its
 length bounds the shortest one's (`_still_completes`, one state check). A search that finds nothing has run its
 whole budget (about 0.2 s): after each such miss in a row the wait before the next doubles, up to 16 times the
@@ -52,7 +52,7 @@ answer still lacking a requirement can reach the point where no witness fits ove
 and writes blanks to the cap. A brief's row is therefore watched for its depth at every token, from the floor its
 prefix parse gives (`PrefixChecker.depth_floor`, one parse reusing the calls finished before): while it lacks a
 requirement and the floor leaves `DEPTH_ROOM` levels or fewer, its completion is searched and forced;
-`forced_depth` counts these.
+`forced_depth` counts these (a search that finds nothing waits 2, 4, 8, then 16 tokens before the next).
 """
 
 from __future__ import annotations
