@@ -300,8 +300,13 @@ class PrefixChecker:
 
     def _prefix_parse(self, formula: str) -> Node:
         """Parse in prefix mode (raises the DslError where the text breaks), reusing what was parsed before."""
+        return self._parser(formula).parse()
+
+    def _parser(self, formula: str) -> _Parser:
+        """A prefix-mode parser of the formula, on its tokens and the calls finished before (a DslError where
+        it does not lex)."""
         return _Parser(formula, self.limits, prefix=True, unavailable=self.unavailable,
-                       tokens=self._tokens(formula), finished=self.finished).parse()
+                       tokens=self._tokens(formula), finished=self.finished)
 
     def _tokens(self, formula: str) -> list[Token]:
         """`tokenize(formula)`, resumed after the formula's last whitespace from the tokens before it."""
@@ -342,11 +347,9 @@ class PrefixChecker:
         """The least depth any completion of the formula can have: the deepest level its prefix parse checked
         (a subtree's depth plus the levels the enclosing unfinished nodes still add); 0 where it does not lex."""
         try:
-            tokens = self._tokens(formula)
+            p = self._parser(formula)
         except DslError:
             return 0
-        p = _Parser(formula, self.limits, prefix=True, unavailable=self.unavailable, tokens=tokens,
-                    finished=self.finished)
         try:
             p.parse()
         except DslError:

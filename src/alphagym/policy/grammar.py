@@ -64,7 +64,7 @@ import torch
 from tokenizers import decoders
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from alphagym.dsl.prefix import PrefixChecker
+from alphagym.dsl.prefix import OPEN, PrefixChecker
 
 GROWTH = 10         # the most tokens one written token has added to an answer's completion (module docstring)
 # a row lacking a requirement of its brief is first watched with this many tokens left, so that its completion
@@ -311,9 +311,10 @@ class GrammarSampler:
         """A depth watch of row `b` (module docstring): a row lacking a requirement whose formula leaves no more
         than `DEPTH_ROOM` levels under the depth limit is finished now, while a witness still fits over it."""
         checker, text = self.checker_of(b), self._text(row)
+        if not checker.lacks(text):      # the facts are read already; the parse for the floor is not
+            return
         s = text.lstrip(" \t\n")
-        floor = checker.depth_floor(s[len("<alpha>"):]) if s.startswith("<alpha>") else 0
-        if floor < checker.limits.max_depth - DEPTH_ROOM or not checker.lacks(text):
+        if not s.startswith(OPEN) or checker.depth_floor(s[len(OPEN):]) < checker.limits.max_depth - DEPTH_ROOM:
             return
         queue = self._completion(b, row)
         if queue is None:                # a search that found nothing ran its whole budget: back off
